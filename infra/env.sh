@@ -1,0 +1,17 @@
+# Sourced by the infra scripts and the Makefile: the local stack's settings.
+# Every value can be overridden from the environment.
+_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+: "${REDIS_PORT:=6379}"
+: "${AWS_PORT:=4566}"
+: "${REDIS_URL:=redis://127.0.0.1:${REDIS_PORT}}"
+: "${AWS_ENDPOINT_URL:=http://127.0.0.1:${AWS_PORT}}"
+: "${AWS_REGION:=us-east-1}"
+: "${AWS_ACCESS_KEY_ID:=test}"
+: "${AWS_SECRET_ACCESS_KEY:=test}"
+: "${VENV:=${_root}/.venv}"
+export REDIS_PORT AWS_PORT REDIS_URL AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY VENV
+# Queue URLs and table names as the endpoint reported them at provisioning.
+if [ -f "${_root}/.local/stack.env" ]; then
+  set -a; . "${_root}/.local/stack.env"; set +a
+fi
+export PATH="${VENV}/bin:${PATH}"

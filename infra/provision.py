@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Creates the local queues and tables from infra/resources.json, idempotently.
+
+Talks to whatever AWS_ENDPOINT_URL points at (moto server, LocalStack). Safe
+to re-run: existing resources are left as they are (attributes are brought in
+line), and the resulting URLs and names are written to .local/stack.env for
+infra/env.sh to pick up.
+"""
+import json
+import os
+import pathlib
+import sys
+import time
+
+import boto3
+from botocore.exceptions import ClientError
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def client(service):
+    return boto3.client(
+        service,
+        endpoint_url=os.environ["AWS_ENDPOINT_URL"],
+        region_name=os.environ.get("AWS_REGION", "us-east-1"),
+    )
+
+
+def ensure_table(ddb, spec):
+    name = spec["localName"]
+    try:
+        ddb.describe_table(TableName=name)
+    except ClientError as e:
+        if e.response["Error"]["Code"] != "ResourceNotFoundException":
+            raise
+        keys = [{"AttributeName": spec["hashKey"], "KeyType": "HASH"}]
+        if spec.get("rangeKey"):
+            keys.append({"AttributeName": spec["rangeKey"], "KeyType": "RANGE"})
+        args = {
+            "TableName": name,
+            "KeySchema": keys,
+            "AttributeDefinitions": [
+                {"AttributeName": a, "AttributeType": t} for a, t in spec["attributes"].items()
+            ],
+            "BillingMode": "PAY_PER_REQUEST",
+        }
+        gsis = [
+            {
+                "IndexName": g["name"],
+                "KeySchema": [{"AttributeName": g["hashKey"], "KeyType": "HASH"}]
+                + ([{"AttributeName": g["rangeKey"], "KeyType": "RANGE"}] if g.get("rangeKey") else []),
+                "Projection": {"ProjectionType": g.get("projection", "ALL")},
+            }
+            for g in spec.get("globalSecondaryIndexes", [])
+        ]
+        if gsis:
+            args["GlobalSecondaryIndexes"] = gsis
+        ddb.create_table(**args)
+        print(f"created table {name}")
+    for _ in range(100):
+        if ddb.describe_table(TableName=name)["Table"]["TableStatus"] == "ACTIVE":
+            break
+        time.sleep(0.1)
+    if spec.get("ttlAttribute"):
+        current = ddb.describe_time_to_live(TableName=name)["TimeToLiveDescription"]
+        if current.get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
+            ddb.update_time_to_live(
+                TableName=name,
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": spec["ttlAttribute"]},
+            )
+    return name
+
+
+def ensure_queue(sqs, spec, dlq_arn=None):
+    attrs = {
+        "VisibilityTimeout": str(spec["visibilityTimeout"]),
+        "MessageRetentionPeriod": str(spec["messageRetentionPeriod"]),
+    }
+    if dlq_arn:
+        attrs["RedrivePolicy"] = json.dumps(
+            {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(spec["maxReceiveCount"])}
+        )
+    url = sqs.create_queue(QueueName=spec["localName"])["QueueUrl"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes=attrs)
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return url, arn
+
+
+def main():
+    resources = json.loads((ROOT / "infra" / "resources.json").read_text())
+    ddb, sqs = client("dynamodb"), client("sqs")
+    env = {}
+    for spec in resources["tables"].values():
+        env[spec["env"]] = ensure_table(ddb, spec)
+    queues = resources["queues"]
+    arns = {}
+    # Dead-letter queues first, so redrive policies can name them.
+    for logical in sorted(queues, key=lambda q: "deadLetterQueue" in queues[q]):
+        spec = queues[logical]
+        dlq_arn = arns.get(spec.get("deadLetterQueue"))
+        url, arns[logical] = ensure_queue(sqs, spec, dlq_arn)
+        env[spec["env"]] = url
+    state = ROOT / ".local"
+    state.mkdir(exist_ok=True)
+    (state / "stack.env").write_text("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
+    for k, v in sorted(env.items()):
+        print(f"{k}={v}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

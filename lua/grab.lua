@@ -1,0 +1,67 @@
+-- The grab decision on the user's home shard, in one atomic step.
+-- KEYS: 1 meta, 2 users, 3 req, 4 outbox
+-- ARGV: 1 user id, 2 member level, 3 request id, 4 now (ms), 5 outcome ttl (ms)
+-- Returns {kind, detail}:
+--   {'REPLAY', record}      the request id was seen: its stored record
+--   {'WIN', record}         a unit of this shard's stock was granted
+--   {'BORROW', record}      home shard empty, a claim is reserved: try donors
+--   {'NOT_FOUND'} {'OFFLINE'} {'NOT_STARTED', startMs} {'ENDED'}
+--   {'NOT_ELIGIBLE', minLevel} {'ALREADY_CLAIMED'} {'SOLD_OUT'}
+--   {'RATE_LIMITED', retryAfterMs}
+-- Only the first three change state; rejections store nothing, so a retry
+-- after a rejection is decided afresh (as Stripe does for requests that
+-- never began executing).
+local meta, users, req, outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local user, level, request_id = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local now, ttl = tonumber(ARGV[4]), ARGV[5]
+
+local prior = redis.call('GET', req)
+if prior then return {'REPLAY', prior} end
+
+local m = redis.call('HMGET', meta, 'status', 'start_ms', 'end_ms',
+  'min_level', 'per_user_limit', 'rate', 'burst', 'tokens', 'bucket_ms',
+  'stock', 'shards', 'soldout', 'epoch')
+if not m[1] then return {'NOT_FOUND'} end
+if m[1] ~= 'ONLINE' then return {'OFFLINE'} end
+if now < tonumber(m[2]) then return {'NOT_STARTED', m[2]} end
+if now >= tonumber(m[3]) then return {'ENDED'} end
+if level < tonumber(m[4]) then return {'NOT_ELIGIBLE', m[4]} end
+
+local claimed = tonumber(redis.call('HGET', users, user) or '0')
+if claimed >= tonumber(m[5]) then return {'ALREADY_CLAIMED'} end
+
+local stock = tonumber(m[10])
+-- Sold out for certain: one shard only, or a full scan of every shard found
+-- nothing since the last stock increase (soldout is stamped with the epoch
+-- that any increase bumps).
+if stock <= 0 and (tonumber(m[11]) <= 1 or m[12] == m[13]) then
+  return {'SOLD_OUT'}
+end
+
+-- Per-shard token bucket; a rate of 0 turns it off.
+local rate = tonumber(m[6])
+if rate > 0 then
+  local burst = tonumber(m[7])
+  local tokens = tonumber(m[8]) or burst
+  local last = tonumber(m[9]) or now
+  if now > last then
+    tokens = math.min(burst, tokens + (now - last) * rate / 1000)
+    last = now
+  end
+  if tokens < 1 then
+    return {'RATE_LIMITED', tostring(math.ceil((1 - tokens) * 1000 / rate))}
+  end
+  redis.call('HSET', meta, 'tokens', tostring(tokens - 1), 'bucket_ms', last)
+end
+
+local ordinal = claimed + 1
+redis.call('HINCRBY', users, user, 1)
+local record
+if stock > 0 then
+  record = issue(meta, outbox, user, ordinal, request_id, now)
+  redis.call('SET', req, record, 'PX', ttl)
+  return {'WIN', record}
+end
+record = 'B|' .. ordinal .. '|' .. m[13] .. '|' .. now
+redis.call('SET', req, record, 'PX', ttl)
+return {'BORROW', record}

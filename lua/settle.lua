@@ -1,0 +1,35 @@
+-- Finishes a borrow on the home shard: stores the donor's grant under the
+-- request id, or, when no donor had stock, tries the home shard once more and
+-- otherwise releases the reserved claim and answers sold out.
+-- KEYS: 1 meta, 2 users, 3 req, 4 outbox
+-- ARGV: 1 user id, 2 request id, 3 now (ms), 4 outcome ttl (ms),
+--       5 the donor's W-record, or '' when every donor was empty
+-- Returns {'DONE', record} | {'GONE'} (the reservation is no longer there)
+local meta, users, req, outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local user, request_id, now, ttl, donor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+
+local current = redis.call('GET', req)
+if not current then return {'GONE'} end
+if string.sub(current, 1, 2) ~= 'B|' then return {'DONE', current} end
+
+local ordinal, epoch = string.match(current, '^B|(%d+)|(%d+)|')
+if donor ~= '' then
+  redis.call('SET', req, donor, 'PX', ttl)
+  return {'DONE', donor}
+end
+
+local m = redis.call('HMGET', meta, 'stock', 'epoch')
+if tonumber(m[1] or '0') > 0 then
+  local record = issue(meta, outbox, user, ordinal, request_id, now)
+  redis.call('SET', req, record, 'PX', ttl)
+  return {'DONE', record}
+end
+
+if redis.call('HINCRBY', users, user, -1) <= 0 then
+  redis.call('HDEL', users, user)
+end
+-- Every shard was seen empty and nothing was added since the reservation:
+-- remember it so the next grab on this shard answers at once.
+if m[2] == epoch then redis.call('HSET', meta, 'soldout', epoch) end
+redis.call('SET', req, 'L|SOLD_OUT', 'PX', ttl)
+return {'DONE', 'L|SOLD_OUT'}

@@ -1,0 +1,13 @@
+//! Adapters: the ports of [`crate::ports`] implemented on real services.
+//! SDK and `redis` types stay inside these modules.
+
+pub mod redis;
+
+#[cfg(feature = "sqs")]
+pub mod sqs;
+
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
+
+#[cfg(any(feature = "sqs", feature = "dynamodb"))]
+pub mod aws;

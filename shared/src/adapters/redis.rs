@@ -1,0 +1,441 @@
+//! The Redis adapter: the stock ledger (Lua scripts), the risk guard and the
+//! preheat, over one multiplexed connection that reconnects by itself.
+//!
+//! Scripts are compiled in from `lua/` and run through [`redis::Script`]:
+//! EVALSHA, with a SCRIPT LOAD and retry when Redis answers NOSCRIPT (after a
+//! restart or failover). Every script gets all its keys in KEYS, and all of
+//! them share one hash tag ([`crate::keys`]).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{AsyncCommands, Script};
+
+use crate::config::{RedisSettings, RiskLimits};
+use crate::coupon::CouponDefinition;
+use crate::error::StoreError;
+use crate::grant::GrantRecord;
+use crate::ids::{ClientIp, CouponId, UserId};
+use crate::keys::KeySpace;
+use crate::outcome::{Rejection, RiskReason};
+use crate::ports::{
+    Claim, ClaimReply, Recorded, RiskDecision, RiskGuard, RiskHold, StockLedger, StockPreheater,
+    TakeReply,
+};
+
+macro_rules! lua {
+    ($name:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("../../../lua/lib.lua"),
+                include_str!(concat!("../../../lua/", $name))
+            ))
+        })
+    };
+}
+
+static GRAB: LazyLock<Script> = lua!("grab.lua");
+static TAKE: LazyLock<Script> = lua!("take.lua");
+static SETTLE: LazyLock<Script> = lua!("settle.lua");
+static PREHEAT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/preheat.lua")));
+static RISK_USER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/risk_reserve_user.lua")));
+static RISK_IP: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/risk_reserve_ip.lua")));
+static RISK_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/risk_release.lua")));
+
+/// Risk counters outlive their day by a day, then expire on their own.
+const RISK_TTL_MS: u64 = 2 * 86_400_000;
+
+/// Redis behind the ports. Cheap to clone: clones share the connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    keys: KeySpace,
+    outcome_ttl_ms: u64,
+    risk: RiskLimits,
+}
+
+impl RedisStore {
+    /// Connects (once per Lambda instance). Fails if Redis is unreachable,
+    /// so a misconfigured function fails its cold start, not its requests.
+    pub async fn connect(
+        settings: &RedisSettings,
+        outcome_ttl_secs: u64,
+        risk: RiskLimits,
+    ) -> Result<Self, StoreError> {
+        let client = redis::Client::open(settings.url.as_str()).map_err(unavailable)?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(Duration::from_millis(settings.response_timeout_ms)))
+            .set_connection_timeout(Some(Duration::from_millis(settings.connect_timeout_ms)))
+            .set_number_of_retries(2);
+        let conn = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(unavailable)?;
+        Ok(Self {
+            conn,
+            keys: KeySpace::new(settings.key_prefix.clone()),
+            outcome_ttl_ms: outcome_ttl_secs.saturating_mul(1000),
+            risk,
+        })
+    }
+
+    /// The key layout this store uses (tests and the reconciler read keys).
+    pub fn keys(&self) -> &KeySpace {
+        &self.keys
+    }
+
+    /// A clone of the connection, for callers that inspect Redis directly.
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// Puts `user` on the blacklist (operators; tests).
+    pub async fn blacklist(&self, user: &UserId) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        conn.set::<_, _, ()>(self.keys.user_blacklist(user), 1)
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Takes `user` off the blacklist.
+    pub async fn unblacklist(&self, user: &UserId) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        conn.del::<_, ()>(self.keys.user_blacklist(user))
+            .await
+            .map_err(unavailable)
+    }
+}
+
+fn unavailable(e: redis::RedisError) -> StoreError {
+    StoreError::Unavailable(Box::new(e))
+}
+
+fn protocol(what: &'static str, detail: impl Into<String>) -> StoreError {
+    StoreError::Protocol {
+        what,
+        detail: detail.into(),
+    }
+}
+
+fn parse_recorded(what: &'static str, record: &str) -> Result<Recorded, StoreError> {
+    if let Some(rec) = GrantRecord::parse(record) {
+        return Ok(Recorded::Won(rec));
+    }
+    if record == "L|SOLD_OUT" {
+        return Ok(Recorded::SoldOut);
+    }
+    if let Some(rest) = record.strip_prefix("B|") {
+        if let Some(ordinal) = rest.split('|').next().and_then(|o| o.parse().ok()) {
+            return Ok(Recorded::Borrowing { ordinal });
+        }
+    }
+    Err(protocol(
+        what,
+        format!("unknown record kind {:?}", record.get(..2).unwrap_or("")),
+    ))
+}
+
+fn number<T: std::str::FromStr>(
+    what: &'static str,
+    reply: &[String],
+    at: usize,
+) -> Result<T, StoreError> {
+    reply
+        .get(at)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| protocol(what, format!("missing number at {at}")))
+}
+
+#[async_trait]
+impl StockLedger for RedisStore {
+    async fn shard_count(&self, coupon: &CouponId) -> Result<Option<u32>, StoreError> {
+        let mut conn = self.conn.clone();
+        let shards: Option<u32> = conn
+            .hget(self.keys.shard(coupon, 0).meta(), "shards")
+            .await
+            .map_err(unavailable)?;
+        Ok(shards)
+    }
+
+    async fn claim(&self, claim: &Claim<'_>) -> Result<ClaimReply, StoreError> {
+        const WHAT: &str = "grab.lua";
+        let k = self.keys.shard(claim.coupon, claim.home_shard);
+        let mut conn = self.conn.clone();
+        let reply: Vec<String> = GRAB
+            .key(k.meta())
+            .key(k.users())
+            .key(k.request(claim.user, claim.request))
+            .key(k.outbox())
+            .arg(claim.user.as_str())
+            .arg(claim.level)
+            .arg(claim.request.as_str())
+            .arg(claim.now_ms)
+            .arg(self.outcome_ttl_ms)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        let record = || reply.get(1).map(String::as_str).unwrap_or("");
+        Ok(match reply.first().map(String::as_str) {
+            Some("REPLAY") => ClaimReply::Replay(parse_recorded(WHAT, record())?),
+            Some("WIN") => match parse_recorded(WHAT, record())? {
+                Recorded::Won(rec) => ClaimReply::Won(rec),
+                _ => return Err(protocol(WHAT, "WIN without a grant")),
+            },
+            Some("BORROW") => match parse_recorded(WHAT, record())? {
+                Recorded::Borrowing { ordinal } => ClaimReply::Borrow { ordinal },
+                _ => return Err(protocol(WHAT, "BORROW without a reservation")),
+            },
+            Some("NOT_FOUND") => ClaimReply::Rejected(Rejection::NotFound),
+            Some("OFFLINE") => ClaimReply::Rejected(Rejection::Offline),
+            Some("NOT_STARTED") => ClaimReply::Rejected(Rejection::NotStarted {
+                starts_at_ms: number(WHAT, &reply, 1)?,
+            }),
+            Some("ENDED") => ClaimReply::Rejected(Rejection::Ended),
+            Some("NOT_ELIGIBLE") => ClaimReply::Rejected(Rejection::NotEligible {
+                min_level: number(WHAT, &reply, 1)?,
+            }),
+            Some("ALREADY_CLAIMED") => ClaimReply::Rejected(Rejection::AlreadyClaimed),
+            Some("SOLD_OUT") => ClaimReply::Rejected(Rejection::SoldOut),
+            Some("RATE_LIMITED") => ClaimReply::Rejected(Rejection::RateLimited {
+                retry_after_ms: number(WHAT, &reply, 1)?,
+            }),
+            other => return Err(protocol(WHAT, format!("unknown reply {other:?}"))),
+        })
+    }
+
+    async fn take(
+        &self,
+        claim: &Claim<'_>,
+        donor: u32,
+        ordinal: u32,
+    ) -> Result<TakeReply, StoreError> {
+        const WHAT: &str = "take.lua";
+        let k = self.keys.shard(claim.coupon, donor);
+        let mut conn = self.conn.clone();
+        let reply: Vec<String> = TAKE
+            .key(k.meta())
+            .key(k.outbox())
+            .key(k.taken())
+            .arg(claim.user.as_str())
+            .arg(ordinal)
+            .arg(claim.request.as_str())
+            .arg(claim.now_ms)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(match reply.first().map(String::as_str) {
+            Some("WIN") => match reply.get(1).and_then(|r| GrantRecord::parse(r)) {
+                Some(rec) => TakeReply::Won(rec),
+                None => return Err(protocol(WHAT, "WIN without a grant")),
+            },
+            Some("EMPTY") => TakeReply::Empty,
+            Some("NOT_FOUND") => TakeReply::Missing,
+            other => return Err(protocol(WHAT, format!("unknown reply {other:?}"))),
+        })
+    }
+
+    async fn settle(
+        &self,
+        claim: &Claim<'_>,
+        donor_grant: Option<&GrantRecord>,
+    ) -> Result<Option<Recorded>, StoreError> {
+        const WHAT: &str = "settle.lua";
+        let k = self.keys.shard(claim.coupon, claim.home_shard);
+        let mut conn = self.conn.clone();
+        let reply: Vec<String> = SETTLE
+            .key(k.meta())
+            .key(k.users())
+            .key(k.request(claim.user, claim.request))
+            .key(k.outbox())
+            .arg(claim.user.as_str())
+            .arg(claim.request.as_str())
+            .arg(claim.now_ms)
+            .arg(self.outcome_ttl_ms)
+            .arg(donor_grant.map(GrantRecord::encode).unwrap_or_default())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        match reply.first().map(String::as_str) {
+            Some("DONE") => {
+                parse_recorded(WHAT, reply.get(1).map(String::as_str).unwrap_or("")).map(Some)
+            }
+            Some("GONE") => Ok(None),
+            other => Err(protocol(WHAT, format!("unknown reply {other:?}"))),
+        }
+    }
+
+    async fn recorded(&self, claim: &Claim<'_>) -> Result<Option<Recorded>, StoreError> {
+        let key = self
+            .keys
+            .shard(claim.coupon, claim.home_shard)
+            .request(claim.user, claim.request);
+        let mut conn = self.conn.clone();
+        let record: Option<String> = conn.get(key).await.map_err(unavailable)?;
+        record
+            .map(|r| parse_recorded("GET request", &r))
+            .transpose()
+    }
+}
+
+#[async_trait]
+impl RiskGuard for RedisStore {
+    async fn reserve(
+        &self,
+        user: &UserId,
+        ip: Option<ClientIp>,
+        now_ms: i64,
+    ) -> Result<RiskDecision, StoreError> {
+        let day = self.risk.day(now_ms);
+        let mut user_conn = self.conn.clone();
+        let mut ip_conn = self.conn.clone();
+        // Two slots, so two scripts; sent together, they cost one round trip
+        // of latency on the multiplexed connection.
+        let user_call = async {
+            RISK_USER
+                .key(self.keys.user_blacklist(user))
+                .key(self.keys.user_claims(user, day))
+                .arg(self.risk.daily_claims_per_user)
+                .arg(RISK_TTL_MS)
+                .invoke_async::<String>(&mut user_conn)
+                .await
+        };
+        let ip_call = async {
+            match ip {
+                Some(ip) if self.risk.users_per_ip > 0 => RISK_IP
+                    .key(self.keys.ip_users(ip, day))
+                    .arg(user.as_str())
+                    .arg(self.risk.users_per_ip)
+                    .arg(RISK_TTL_MS)
+                    .invoke_async::<String>(&mut ip_conn)
+                    .await
+                    .map(Some),
+                _ => Ok(None),
+            }
+        };
+        let (user_reply, ip_reply) = tokio::join!(user_call, ip_call);
+        let mut hold = RiskHold {
+            user: user.clone(),
+            ip,
+            day,
+            user_reserved: false,
+            ip_reserved: false,
+        };
+        // Record what was taken before looking at errors, so that a
+        // half-failed reservation is given back.
+        let user_verdict = match &user_reply {
+            Ok(v) => {
+                hold.user_reserved = v == "RESERVED";
+                Some(v.as_str())
+            }
+            Err(_) => None,
+        };
+        let ip_verdict = match &ip_reply {
+            Ok(v) => {
+                hold.ip_reserved = v.as_deref() == Some("RESERVED");
+                v.as_deref()
+            }
+            Err(_) => None,
+        };
+        let refusal = match (user_verdict, ip_verdict) {
+            (Some("BLACKLISTED"), _) => Some(RiskReason::Blacklisted),
+            (Some("DAILY_LIMIT"), _) => Some(RiskReason::DailyLimit),
+            (_, Some("IP_LIMIT")) => Some(RiskReason::IpLimit),
+            _ => None,
+        };
+        let failure = user_reply.err().or(ip_reply.err());
+        if refusal.is_some() || failure.is_some() {
+            if !hold.is_empty() {
+                // Best effort; if this fails too, the hold expires with its day.
+                let _ = self.release(&hold).await;
+            }
+            if let Some(reason) = refusal {
+                return Ok(RiskDecision::Refused(reason));
+            }
+            return Err(unavailable(failure.expect("checked above")));
+        }
+        Ok(RiskDecision::Allowed(hold))
+    }
+
+    async fn release(&self, hold: &RiskHold) -> Result<(), StoreError> {
+        let mut user_conn = self.conn.clone();
+        let mut ip_conn = self.conn.clone();
+        let user_call = async {
+            if !hold.user_reserved {
+                return Ok(());
+            }
+            RISK_RELEASE
+                .key(self.keys.user_claims(&hold.user, hold.day))
+                .arg("")
+                .invoke_async::<()>(&mut user_conn)
+                .await
+        };
+        let ip_call = async {
+            match hold.ip {
+                Some(ip) if hold.ip_reserved => {
+                    RISK_RELEASE
+                        .key(self.keys.ip_users(ip, hold.day))
+                        .arg(hold.user.as_str())
+                        .invoke_async::<()>(&mut ip_conn)
+                        .await
+                }
+                _ => Ok(()),
+            }
+        };
+        let (a, b) = tokio::join!(user_call, ip_call);
+        a.and(b).map_err(unavailable)
+    }
+}
+
+#[async_trait]
+impl StockPreheater for RedisStore {
+    async fn preheat(&self, def: &CouponDefinition, now_ms: i64) -> Result<bool, StoreError> {
+        let fingerprint = def.fingerprint();
+        let mut created = false;
+        for shard in 0..def.shards {
+            let fields: Vec<(&str, String)> = vec![
+                ("coupon_id", def.coupon_id.to_string()),
+                ("shard", shard.to_string()),
+                ("shards", def.shards.to_string()),
+                ("status", def.status.as_str().to_owned()),
+                ("start_ms", def.grab_start_ms.to_string()),
+                ("end_ms", def.grab_end_ms.to_string()),
+                ("min_level", def.min_member_level.to_string()),
+                ("per_user_limit", def.per_user_limit.to_string()),
+                ("rate", def.shard_rate().to_string()),
+                ("burst", def.shard_burst().to_string()),
+                ("stock", def.shard_stock(shard).to_string()),
+                ("initial_stock", def.shard_stock(shard).to_string()),
+                ("seq", "0".to_owned()),
+                ("epoch", "1".to_owned()),
+                ("preheated_at_ms", now_ms.to_string()),
+            ];
+            let mut invocation = PREHEAT.key(self.keys.shard(&def.coupon_id, shard).meta());
+            invocation.arg(&fingerprint);
+            for (k, v) in &fields {
+                invocation.arg(*k).arg(v);
+            }
+            let mut conn = self.conn.clone();
+            let reply: String = invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            match reply.as_str() {
+                "CREATED" => created = true,
+                "EXISTS" => {}
+                "CONFLICT" => {
+                    return Err(StoreError::Conflict(format!(
+                        "shard {shard} of {} holds a different definition",
+                        def.coupon_id
+                    )))
+                }
+                other => return Err(protocol("preheat.lua", format!("unknown reply {other:?}"))),
+            }
+        }
+        Ok(created)
+    }
+}

@@ -1,0 +1,183 @@
+//! Error codes and errors.
+//!
+//! [`ErrorCode`] is the one table of what a client can see: stable code,
+//! HTTP status, and the human message in English and Chinese. Every response
+//! the grab function writes goes through it, and `docs/` lists it.
+//!
+//! [`StoreError`] and [`PublishError`] are what adapters return; they keep
+//! their `#[source]` for logs and never reach a response body.
+
+use std::fmt;
+
+/// The language of a human message, chosen from `Accept-Language`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lang {
+    /// English (the default).
+    #[default]
+    En,
+    /// Simplified Chinese.
+    Zh,
+}
+
+impl Lang {
+    /// Picks the preferred supported language from an `Accept-Language`
+    /// header (RFC 9110 q-values; ties go to the earlier entry). Anything
+    /// unparseable falls back to English rather than failing the request.
+    pub fn from_accept_language(header: Option<&str>) -> Self {
+        let Some(header) = header else {
+            return Self::En;
+        };
+        let mut best: Option<(f32, Lang)> = None;
+        for entry in header.split(',').take(16) {
+            let mut parts = entry.split(';');
+            let tag = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            let q = parts
+                .filter_map(|p| p.trim().strip_prefix("q="))
+                .find_map(|v| v.trim().parse::<f32>().ok())
+                .unwrap_or(1.0);
+            let lang = if tag == "zh" || tag.starts_with("zh-") {
+                Lang::Zh
+            } else if tag == "en" || tag.starts_with("en-") || tag == "*" {
+                Lang::En
+            } else {
+                continue;
+            };
+            if q > 0.0 && best.is_none_or(|(bq, _)| q > bq) {
+                best = Some((q, lang));
+            }
+        }
+        best.map(|(_, l)| l).unwrap_or_default()
+    }
+}
+
+macro_rules! error_codes {
+    ($($variant:ident => $code:literal, $status:literal, $en:literal, $zh:literal;)*) => {
+        /// Every code a response can carry. Adding one is an API change:
+        /// update `docs/api.md` (a test checks the two agree).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorCode { $(
+            #[doc = $en]
+            $variant,
+        )* }
+
+        impl ErrorCode {
+            /// All codes, in table order.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant),*];
+
+            /// The stable machine-readable code.
+            pub fn as_str(self) -> &'static str {
+                match self { $(ErrorCode::$variant => $code,)* }
+            }
+
+            /// The HTTP status that goes with the code.
+            pub fn http_status(self) -> u16 {
+                match self { $(ErrorCode::$variant => $status,)* }
+            }
+
+            /// The human message in the caller's language.
+            pub fn message(self, lang: Lang) -> &'static str {
+                match (self, lang) { $(
+                    (ErrorCode::$variant, Lang::En) => $en,
+                    (ErrorCode::$variant, Lang::Zh) => $zh,
+                )* }
+            }
+        }
+    };
+}
+
+error_codes! {
+    Success => "SUCCESS", 200, "You got the coupon.", "抢券成功。";
+    InvalidRequest => "INVALID_REQUEST", 400, "The request is malformed.", "请求格式不正确。";
+    Unauthorized => "UNAUTHORIZED", 401, "Sign in to grab coupons.", "请先登录。";
+    RiskRejected => "RISK_REJECTED", 403, "This request was refused by risk control.", "该请求被风控拒绝。";
+    NotEligible => "NOT_ELIGIBLE", 403, "Your member level is too low for this coupon.", "您的会员等级不满足领取条件。";
+    CouponNotFound => "COUPON_NOT_FOUND", 404, "No such coupon.", "优惠券不存在。";
+    RouteNotFound => "ROUTE_NOT_FOUND", 404, "No such route.", "接口不存在。";
+    MethodNotAllowed => "METHOD_NOT_ALLOWED", 405, "This method is not allowed here.", "不支持该请求方法。";
+    AlreadyClaimed => "ALREADY_CLAIMED", 409, "You already have this coupon.", "您已领取过该优惠券。";
+    CouponNotActive => "COUPON_NOT_ACTIVE", 409, "This coupon cannot be grabbed now.", "该优惠券当前不可领取。";
+    SoldOut => "SOLD_OUT", 410, "All coupons are gone.", "优惠券已抢完。";
+    PayloadTooLarge => "PAYLOAD_TOO_LARGE", 413, "The request body is too large.", "请求体过大。";
+    UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE", 415, "Send the body as application/json.", "请求体必须是 application/json。";
+    RateLimited => "RATE_LIMITED", 429, "Too many people are grabbing; try again shortly.", "当前人数过多，请稍后再试。";
+    Internal => "INTERNAL", 500, "Something went wrong on our side.", "服务内部错误。";
+    Busy => "BUSY", 503, "The service is busy; try again shortly.", "服务繁忙，请稍后再试。";
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A boxed error source, kept for logs and never shown to clients.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A store (Redis, DynamoDB) could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store did not answer in time or refused the connection. The edge
+    /// answers BUSY (503) and the client retries with the same request id,
+    /// which is safe because every write is idempotent per request id.
+    #[error("store unavailable")]
+    Unavailable(#[source] BoxError),
+    /// The store answered something the code does not understand: a bug or a
+    /// version skew between scripts and code. Also BUSY to the client, but
+    /// logged at error level.
+    #[error("unexpected reply from {what}: {detail}")]
+    Protocol {
+        /// Which call.
+        what: &'static str,
+        /// What came back (never user data).
+        detail: String,
+    },
+    /// A write was refused because a different value is there already.
+    #[error("conflict: {0}")]
+    Conflict(String),
+}
+
+/// The queue did not take a grant.
+#[derive(Debug, thiserror::Error)]
+#[error("grant not queued")]
+pub struct PublishError(#[source] pub BoxError);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_language_prefers_the_highest_q() {
+        assert_eq!(
+            Lang::from_accept_language(Some("zh-CN,zh;q=0.9,en;q=0.8")),
+            Lang::Zh
+        );
+        assert_eq!(
+            Lang::from_accept_language(Some("en;q=0.5, zh-TW;q=0.9")),
+            Lang::Zh
+        );
+        assert_eq!(Lang::from_accept_language(Some("fr, en;q=0.1")), Lang::En);
+        assert_eq!(Lang::from_accept_language(Some("zh;q=0")), Lang::En);
+        assert_eq!(Lang::from_accept_language(Some(";;;,,q=x")), Lang::En);
+        assert_eq!(Lang::from_accept_language(None), Lang::En);
+    }
+
+    #[test]
+    fn every_code_has_a_4xx_or_5xx_status_except_success_and_both_messages() {
+        for code in ErrorCode::ALL {
+            let status = code.http_status();
+            if *code == ErrorCode::Success {
+                assert_eq!(status, 200);
+            } else {
+                assert!((400..600).contains(&status), "{code}");
+            }
+            assert!(!code.message(Lang::En).is_empty());
+            assert!(!code.message(Lang::Zh).is_empty());
+        }
+    }
+
+    #[test]
+    fn codes_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        assert!(ErrorCode::ALL.iter().all(|c| seen.insert(c.as_str())));
+    }
+}

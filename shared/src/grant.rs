@@ -1,0 +1,114 @@
+//! Grants: the unit of work between the grab and the issuer.
+//!
+//! A grant is created atomically with the stock deduction (as an outbox entry
+//! in Redis) and then sent to SQS. Its key for issuance is (user, coupon,
+//! ordinal): the user's n-th claim of that coupon, which the issuer writes
+//! with `attribute_not_exists`, so any number of deliveries make one coupon.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{CouponId, RequestId, UserId};
+
+/// What a winner gets, and what the issuer receives as the SQS message body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Grant {
+    /// `<couponId>-<shard>-<seq>`: unique per coupon, minted by the script.
+    pub grant_id: String,
+    /// The coupon granted.
+    pub coupon_id: CouponId,
+    /// Who it is granted to (from the verified identity).
+    pub user_id: UserId,
+    /// The user's n-th claim of this coupon, 1-based; part of the DynamoDB key.
+    pub ordinal: u32,
+    /// The request that won it, for tracing a grant back to a press.
+    pub request_id: RequestId,
+    /// The stock shard the unit came from.
+    pub shard: u32,
+    /// When the script decided, ms since epoch.
+    pub granted_at_ms: i64,
+}
+
+/// The part of a grant the Redis script records under the request id:
+/// `W|<grantId>|<ordinal>|<shard>|<grantedAtMs>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantRecord {
+    /// See [`Grant::grant_id`].
+    pub grant_id: String,
+    /// See [`Grant::ordinal`].
+    pub ordinal: u32,
+    /// See [`Grant::shard`].
+    pub shard: u32,
+    /// See [`Grant::granted_at_ms`].
+    pub granted_at_ms: i64,
+}
+
+impl GrantRecord {
+    /// Parses a `W|...` record; `None` for anything else.
+    pub fn parse(record: &str) -> Option<Self> {
+        let mut parts = record.split('|');
+        if parts.next()? != "W" {
+            return None;
+        }
+        let grant_id = parts.next()?.to_owned();
+        let ordinal = parts.next()?.parse().ok()?;
+        let shard = parts.next()?.parse().ok()?;
+        let granted_at_ms = parts.next()?.parse().ok()?;
+        if parts.next().is_some() || grant_id.is_empty() {
+            return None;
+        }
+        Some(Self {
+            grant_id,
+            ordinal,
+            shard,
+            granted_at_ms,
+        })
+    }
+
+    /// The record as the scripts store it (the inverse of [`Self::parse`]).
+    pub fn encode(&self) -> String {
+        format!(
+            "W|{}|{}|{}|{}",
+            self.grant_id, self.ordinal, self.shard, self.granted_at_ms
+        )
+    }
+
+    /// The full grant, given who asked.
+    pub fn into_grant(self, coupon_id: CouponId, user_id: UserId, request_id: RequestId) -> Grant {
+        Grant {
+            grant_id: self.grant_id,
+            coupon_id,
+            user_id,
+            ordinal: self.ordinal,
+            request_id,
+            shard: self.shard,
+            granted_at_ms: self.granted_at_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_win_record_round_trips() {
+        let rec = GrantRecord::parse("W|c1-0-7|2|0|1700000000000").unwrap();
+        assert_eq!(rec.grant_id, "c1-0-7");
+        assert_eq!(rec.ordinal, 2);
+        assert_eq!(rec.encode(), "W|c1-0-7|2|0|1700000000000");
+    }
+
+    #[test]
+    fn other_records_are_not_grants() {
+        for bad in [
+            "B|1|1|5",
+            "L|SOLD_OUT",
+            "W|x|y|0|1",
+            "W||1|0|1",
+            "W|a|1|0|1|extra",
+        ] {
+            assert!(GrantRecord::parse(bad).is_none(), "{bad}");
+        }
+    }
+}

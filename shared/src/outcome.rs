@@ -1,0 +1,81 @@
+//! The outcomes of a grab as the domain sees them, before any HTTP mapping.
+
+use crate::grant::Grant;
+
+/// Why a grab did not win. Business outcomes, not errors: they are the
+/// expected answer for the vast majority of presses in a flash sale.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    /// No coupon with this id (or its Redis state is gone).
+    NotFound,
+    /// The operator switched the coupon off.
+    Offline,
+    /// Before the grab window; carries its start.
+    NotStarted {
+        /// Window start, ms since epoch.
+        starts_at_ms: i64,
+    },
+    /// After the grab window.
+    Ended,
+    /// The caller's member level is below the coupon's minimum.
+    NotEligible {
+        /// The minimum level.
+        min_level: u32,
+    },
+    /// The caller holds the per-user limit already.
+    AlreadyClaimed,
+    /// No stock left in any shard.
+    SoldOut,
+    /// The coupon's token bucket is empty.
+    RateLimited {
+        /// When a token will be there again.
+        retry_after_ms: u64,
+    },
+    /// A risk rule refused the caller.
+    Risk(RiskReason),
+}
+
+/// Which risk rule refused the grab.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RiskReason {
+    /// The user is on the blacklist.
+    Blacklisted,
+    /// The user reached the claims-per-day limit across coupons.
+    DailyLimit,
+    /// Too many distinct users grabbed from this IP today.
+    IpLimit,
+}
+
+impl RiskReason {
+    /// Stable spelling for responses and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Blacklisted => "BLACKLISTED",
+            Self::DailyLimit => "DAILY_LIMIT",
+            Self::IpLimit => "IP_LIMIT",
+        }
+    }
+}
+
+/// How a grab ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GrabOutcome {
+    /// A unit of stock is the caller's.
+    Won {
+        /// The grant, as queued for the issuer.
+        grant: Grant,
+        /// True if the grant was handed to SQS by this request; false if it
+        /// waits in the outbox for the reconciler (send failed, or replay).
+        queued: bool,
+        /// True if this answer is the stored outcome of an earlier request
+        /// with the same request id.
+        replayed: bool,
+    },
+    /// No unit for the caller.
+    Rejected {
+        /// Why.
+        reason: Rejection,
+        /// True if this answer is a stored outcome (a replay).
+        replayed: bool,
+    },
+}

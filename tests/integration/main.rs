@@ -1,0 +1,14 @@
+//! Integration tests against a real redis-server and a local AWS endpoint
+//! (moto server or LocalStack). Start them with `make stack` (or let
+//! `make test` do it). Each test isolates itself with its own Redis key
+//! prefix, queue and coupon ids, so the tests run in parallel.
+
+mod support;
+
+mod bad_input;
+mod flash_sale;
+mod identity;
+mod preheat;
+mod risk;
+mod rules;
+mod sqs_down;
