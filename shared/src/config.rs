@@ -26,9 +26,12 @@ pub enum ConfigError {
     },
 }
 
+/// Looks a variable up.
+type Lookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// Where settings come from: the process environment, or a map in tests.
 pub struct Env {
-    lookup: Box<dyn Fn(&str) -> Option<String> + Send + Sync>,
+    lookup: Lookup,
 }
 
 impl Env {

@@ -72,9 +72,12 @@ impl Metrics for EmfMetrics {
     }
 }
 
+/// One recorded count: name, optional (dimension, value), amount.
+type Recorded = (String, Option<(String, String)>, u64);
+
 /// Keeps every count in memory: for tests and benchmarks.
 #[derive(Debug, Default)]
-pub struct RecordingMetrics(Mutex<Vec<(String, Option<(String, String)>, u64)>>);
+pub struct RecordingMetrics(Mutex<Vec<Recorded>>);
 
 impl RecordingMetrics {
     /// The sum of every count of `name` (any dimension).

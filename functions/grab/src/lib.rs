@@ -93,14 +93,11 @@ pub fn identity(req: &Request, edge: &EdgeSettings) -> Option<Caller> {
     let mut source_ip = None;
     let mut claims_user = None;
     let mut claims_level = None;
-    if let Some(ctx) = req.request_context_ref() {
-        #[allow(irrefutable_let_patterns)]
-        if let RequestContext::ApiGatewayV2(ctx) = ctx {
-            source_ip = ctx.http.source_ip.as_deref().and_then(ClientIp::parse);
-            if let Some(jwt) = ctx.authorizer.as_ref().and_then(|a| a.jwt.as_ref()) {
-                claims_user = jwt.claims.get(&edge.user_id_claim).cloned();
-                claims_level = jwt.claims.get(&edge.member_level_claim).cloned();
-            }
+    if let Some(RequestContext::ApiGatewayV2(ctx)) = req.request_context_ref() {
+        source_ip = ctx.http.source_ip.as_deref().and_then(ClientIp::parse);
+        if let Some(jwt) = ctx.authorizer.as_ref().and_then(|a| a.jwt.as_ref()) {
+            claims_user = jwt.claims.get(&edge.user_id_claim).cloned();
+            claims_level = jwt.claims.get(&edge.member_level_claim).cloned();
         }
     }
     let (raw_user, raw_level) = match claims_user {
@@ -270,5 +267,76 @@ pub fn outcome_reply(outcome: &GrabOutcome) -> Reply {
             }
             Reply::error(code).with_data(data)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edge(trust: bool) -> EdgeSettings {
+        EdgeSettings {
+            trust_identity_headers: trust,
+            user_id_claim: "sub".into(),
+            member_level_claim: "member_level".into(),
+            max_body_bytes: 4096,
+        }
+    }
+
+    fn fixture(name: &str) -> Request {
+        let json = match name {
+            "jwt" => include_str!("../../../tests/fixtures/grab_jwt.json"),
+            _ => include_str!("../../../tests/fixtures/grab_function_url.json"),
+        };
+        lambda_http::request::from_str(json).expect("fixture is a valid event")
+    }
+
+    #[test]
+    fn the_caller_comes_from_the_verified_jwt_claims() {
+        let caller = identity(&fixture("jwt"), &edge(false)).unwrap();
+        assert_eq!(caller.user.as_str(), "user-7f3a");
+        assert_eq!(caller.level, 2);
+        assert_eq!(caller.ip.unwrap().to_string(), "203.0.113.7");
+    }
+
+    #[test]
+    fn identity_headers_count_for_nothing_outside_the_local_mode() {
+        assert_eq!(identity(&fixture("url"), &edge(false)), None);
+    }
+
+    #[test]
+    fn the_local_mode_reads_identity_headers_when_there_is_no_token() {
+        let caller = identity(&fixture("url"), &edge(true)).unwrap();
+        assert_eq!(caller.user.as_str(), "someone-else");
+        assert_eq!(caller.level, 9);
+    }
+
+    #[test]
+    fn claims_win_over_headers_even_in_the_local_mode() {
+        let mut req = fixture("jwt");
+        req.headers_mut()
+            .insert("x-user-id", "victim".parse().unwrap());
+        assert_eq!(
+            identity(&req, &edge(true)).unwrap().user.as_str(),
+            "user-7f3a"
+        );
+    }
+
+    #[test]
+    fn the_fixture_body_parses_to_its_request_id() {
+        assert_eq!(
+            parse_body(&fixture("jwt"), 4096).unwrap().as_str(),
+            "req-0001"
+        );
+        assert_eq!(
+            parse_body(&fixture("url"), 4096).unwrap().as_str(),
+            "req-0002"
+        );
+    }
+
+    #[test]
+    fn a_body_over_the_limit_is_413() {
+        let reply = parse_body(&fixture("jwt"), 8).unwrap_err();
+        assert_eq!(reply.code(), ErrorCode::PayloadTooLarge);
     }
 }

@@ -1,0 +1,42 @@
+# The front door. `make up` runs the system locally; `make test` runs
+# everything CI runs. Both install what is missing first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+ENV := . infra/env.sh &&
+
+.PHONY: help setup stack up down test test-rust test-infra lint fmt coupon
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+setup: ## Install redis-server and the Python tools (.venv) if missing
+	@bash infra/setup.sh
+
+stack: setup ## Start redis-server and moto server, provision queues and tables
+	@bash infra/start.sh
+
+coupon: stack ## Create (preheat) the demo coupon from infra/demo-coupon.json
+	@$(ENV) cargo run -q -p couponctl -- create infra/demo-coupon.json
+
+up: coupon ## Stack + demo coupon, then serve the functions on 127.0.0.1:9000
+	@echo "grab: curl -X POST http://127.0.0.1:9000/lambda-url/grab/coupons/demo/grab \\"
+	@echo "        -H 'content-type: application/json' -H 'X-User-Id: alice' -d '{\"requestId\":\"press-1\"}'"
+	@bash infra/serve.sh
+
+down: ## Stop what `make stack` started
+	@bash infra/stop.sh
+
+test: stack lint test-rust test-infra ## Everything CI runs: lint, Rust tests, infra checks
+
+test-rust:
+	@$(ENV) cargo test --workspace --all-targets
+
+test-infra:
+	@$(ENV) python -m pytest -q infra/tests
+
+lint: ## Formatting and clippy, warnings are errors
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	cargo fmt --all

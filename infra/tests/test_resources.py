@@ -1,0 +1,103 @@
+"""template.yaml and the local provisioning (infra/resources.json) describe
+the same tables and queues, and the template keeps the local-only identity
+mode off."""
+import json
+import pathlib
+import re
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+class CfnLoader(yaml.SafeLoader):
+    """Reads CloudFormation short-form tags (!Ref, !GetAtt, !Sub, ...)."""
+
+
+def _tag(loader, suffix, node):
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    return {suffix: value}
+
+
+CfnLoader.add_multi_constructor("!", _tag)
+
+
+def template():
+    return yaml.load((ROOT / "template.yaml").read_text(), Loader=CfnLoader)
+
+
+def resources():
+    return json.loads((ROOT / "infra" / "resources.json").read_text())
+
+
+def test_every_local_table_is_in_the_template_with_the_same_keys_indexes_and_ttl():
+    tpl = template()["Resources"]
+    for logical, spec in resources()["tables"].items():
+        props = tpl[logical]["Properties"]
+        attrs = {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]}
+        assert attrs == spec["attributes"], logical
+        keys = {k["KeyType"]: k["AttributeName"] for k in props["KeySchema"]}
+        assert keys.get("HASH") == spec["hashKey"], logical
+        assert keys.get("RANGE") == spec.get("rangeKey"), logical
+        gsis = {
+            g["IndexName"]: {k["KeyType"]: k["AttributeName"] for k in g["KeySchema"]}
+            for g in props.get("GlobalSecondaryIndexes", [])
+        }
+        want = {
+            g["name"]: {k: v for k, v in (("HASH", g["hashKey"]), ("RANGE", g.get("rangeKey"))) if v}
+            for g in spec["globalSecondaryIndexes"]
+        }
+        assert gsis == want, logical
+        ttl = props.get("TimeToLiveSpecification", {})
+        assert (ttl.get("AttributeName") if ttl.get("Enabled") else None) == spec["ttlAttribute"], logical
+        assert props["BillingMode"] == "PAY_PER_REQUEST"
+
+
+def test_every_template_table_is_provisioned_locally():
+    tpl = template()["Resources"]
+    tables = {k for k, v in tpl.items() if v["Type"] == "AWS::DynamoDB::Table"}
+    assert tables == set(resources()["tables"])
+
+
+def test_queues_and_redrive_match():
+    tpl = template()["Resources"]
+    local = resources()["queues"]
+    queues = {k for k, v in tpl.items() if v["Type"] == "AWS::SQS::Queue"}
+    assert queues == set(local)
+    for logical, spec in local.items():
+        props = tpl[logical]["Properties"]
+        assert props["MessageRetentionPeriod"] == spec["messageRetentionPeriod"], logical
+        redrive = props.get("RedrivePolicy")
+        if "deadLetterQueue" in spec:
+            assert redrive["deadLetterTargetArn"] == {"GetAtt": f"{spec['deadLetterQueue']}.Arn"}
+            default = template()["Parameters"][redrive["maxReceiveCount"]["Ref"]]["Default"]
+            assert default == spec["maxReceiveCount"], logical
+        else:
+            assert redrive is None, logical
+
+
+def test_the_grab_function_trusts_only_verified_identity_in_aws():
+    env = template()["Resources"]["GrabFunction"]["Properties"]["Environment"]["Variables"]
+    assert str(env.get("TRUST_IDENTITY_HEADERS", "false")).lower() == "false"
+    api = template()["Resources"]["HttpApi"]["Properties"]
+    assert api["Auth"]["DefaultAuthorizer"] in api["Auth"]["Authorizers"]
+
+
+def test_every_required_setting_of_the_grab_function_is_set_by_the_template():
+    source = (ROOT / "shared" / "src" / "config.rs").read_text()
+    required = set(re.findall(r'env\.required\("([A-Z_]+)"\)', source))
+    grab_required = required - {"COUPONS_TABLE"}  # operator tooling only
+    env = template()["Resources"]["GrabFunction"]["Properties"]["Environment"]["Variables"]
+    assert grab_required <= set(env), grab_required - set(env)
+
+
+def test_the_local_stack_provides_every_table_and_queue_setting_the_code_requires():
+    source = (ROOT / "shared" / "src" / "config.rs").read_text()
+    required = set(re.findall(r'env\.required\("([A-Z_]+)"\)', source)) - {"REDIS_URL"}
+    provided = {spec["env"] for kind in ("tables", "queues") for spec in resources()[kind].values()}
+    assert required <= provided, required - provided
