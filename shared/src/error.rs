@@ -176,6 +176,24 @@ mod tests {
     }
 
     #[test]
+    fn docs_api_md_lists_every_code_with_its_status() {
+        let doc = include_str!("../../docs/api.md");
+        let rows: Vec<(String, u16)> = doc
+            .lines()
+            .filter_map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                let code = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+                Some((code.to_owned(), cells.get(2)?.parse().ok()?))
+            })
+            .collect();
+        let expected: Vec<(String, u16)> = ErrorCode::ALL
+            .iter()
+            .map(|c| (c.as_str().to_owned(), c.http_status()))
+            .collect();
+        assert_eq!(rows, expected, "docs/api.md's code table must match ErrorCode, in order");
+    }
+
+    #[test]
     fn codes_are_unique() {
         let mut seen = std::collections::HashSet::new();
         assert!(ErrorCode::ALL.iter().all(|c| seen.insert(c.as_str())));
