@@ -190,7 +190,10 @@ mod tests {
             .iter()
             .map(|c| (c.as_str().to_owned(), c.http_status()))
             .collect();
-        assert_eq!(rows, expected, "docs/api.md's code table must match ErrorCode, in order");
+        assert_eq!(
+            rows, expected,
+            "docs/api.md's code table must match ErrorCode, in order"
+        );
     }
 
     #[test]
