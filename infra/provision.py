@@ -26,10 +26,36 @@ def client(service):
     )
 
 
+def gsi_spec(g):
+    return {
+        "IndexName": g["name"],
+        "KeySchema": [{"AttributeName": g["hashKey"], "KeyType": "HASH"}]
+        + ([{"AttributeName": g["rangeKey"], "KeyType": "RANGE"}] if g.get("rangeKey") else []),
+        "Projection": {"ProjectionType": g.get("projection", "ALL")},
+    }
+
+
+def add_missing_indexes(ddb, name, spec, table):
+    """Brings a table created by an older version up to date."""
+    have = {g["IndexName"] for g in table.get("GlobalSecondaryIndexes", [])}
+    for g in spec.get("globalSecondaryIndexes", []):
+        if g["name"] in have:
+            continue
+        ddb.update_table(
+            TableName=name,
+            AttributeDefinitions=[
+                {"AttributeName": a, "AttributeType": t} for a, t in spec["attributes"].items()
+            ],
+            GlobalSecondaryIndexUpdates=[{"Create": gsi_spec(g)}],
+        )
+        print(f"added index {g['name']} to {name}")
+
+
 def ensure_table(ddb, spec):
     name = spec["localName"]
     try:
-        ddb.describe_table(TableName=name)
+        table = ddb.describe_table(TableName=name)["Table"]
+        add_missing_indexes(ddb, name, spec, table)
     except ClientError as e:
         if e.response["Error"]["Code"] != "ResourceNotFoundException":
             raise
@@ -44,15 +70,7 @@ def ensure_table(ddb, spec):
             ],
             "BillingMode": "PAY_PER_REQUEST",
         }
-        gsis = [
-            {
-                "IndexName": g["name"],
-                "KeySchema": [{"AttributeName": g["hashKey"], "KeyType": "HASH"}]
-                + ([{"AttributeName": g["rangeKey"], "KeyType": "RANGE"}] if g.get("rangeKey") else []),
-                "Projection": {"ProjectionType": g.get("projection", "ALL")},
-            }
-            for g in spec.get("globalSecondaryIndexes", [])
-        ]
+        gsis = [gsi_spec(g) for g in spec.get("globalSecondaryIndexes", [])]
         if gsis:
             args["GlobalSecondaryIndexes"] = gsis
         ddb.create_table(**args)

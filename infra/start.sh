@@ -29,7 +29,7 @@ if ! listening "$REDIS_PORT"; then
 fi
 
 if ! listening "$AWS_PORT"; then
-  nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$AWS_PORT" >"$state/moto.log" 2>&1 &
+  nohup "$VENV/bin/python" "$root/infra/moto_server.py" -H 127.0.0.1 -p "$AWS_PORT" >"$state/moto.log" 2>&1 &
   echo $! >"$state/moto.pid"
   wait_for "$AWS_PORT" "moto server" "$state/moto.log"
   echo "moto server on 127.0.0.1:$AWS_PORT"

@@ -1,5 +1,5 @@
 -- The grab decision on the user's home shard, in one atomic step.
--- KEYS: 1 meta, 2 users, 3 req, 4 outbox
+-- KEYS: 1 meta, 2 users, 3 req, 4 outbox, 5 borrowing
 -- ARGV: 1 user id, 2 member level, 3 request id, 4 now (ms), 5 outcome ttl (ms)
 -- Returns {kind, detail}:
 --   {'REPLAY', record}      the request id was seen: its stored record
@@ -11,7 +11,7 @@
 -- Only the first three change state; rejections store nothing, so a retry
 -- after a rejection is decided afresh (as Stripe does for requests that
 -- never began executing).
-local meta, users, req, outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local meta, users, req, outbox, borrowing = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local user, level, request_id = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now, ttl = tonumber(ARGV[4]), ARGV[5]
 
@@ -64,4 +64,6 @@ if stock > 0 then
 end
 record = 'B|' .. ordinal .. '|' .. m[13] .. '|' .. now
 redis.call('SET', req, record, 'PX', ttl)
+-- Listed until settled, so the reconciler can finish borrows whose caller died.
+redis.call('ZADD', borrowing, now, request_id .. ':' .. user)
 return {'BORROW', record}

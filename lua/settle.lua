@@ -1,13 +1,14 @@
 -- Finishes a borrow on the home shard: stores the donor's grant under the
 -- request id, or, when no donor had stock, tries the home shard once more and
 -- otherwise releases the reserved claim and answers sold out.
--- KEYS: 1 meta, 2 users, 3 req, 4 outbox
+-- KEYS: 1 meta, 2 users, 3 req, 4 outbox, 5 borrowing
 -- ARGV: 1 user id, 2 request id, 3 now (ms), 4 outcome ttl (ms),
 --       5 the donor's W-record, or '' when every donor was empty
 -- Returns {'DONE', record} | {'GONE'} (the reservation is no longer there)
-local meta, users, req, outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local meta, users, req, outbox, borrowing = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local user, request_id, now, ttl, donor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
+redis.call('ZREM', borrowing, request_id .. ':' .. user)
 local current = redis.call('GET', req)
 if not current then return {'GONE'} end
 if string.sub(current, 1, 2) ~= 'B|' then return {'DONE', current} end

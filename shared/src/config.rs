@@ -51,12 +51,7 @@ impl Env {
 
     /// A fixed list of pairs.
     pub fn from_pairs(pairs: &[(&str, &str)]) -> Self {
-        Self::from_map(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
+        Self::from_map(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
     }
 
     fn raw(&self, var: &str) -> Option<String> {
@@ -74,12 +69,7 @@ impl Env {
     }
 
     /// A number within `range`, or `default` when unset.
-    pub fn number<T>(
-        &self,
-        var: &'static str,
-        default: T,
-        range: std::ops::RangeInclusive<T>,
-    ) -> Result<T, ConfigError>
+    pub fn number<T>(&self, var: &'static str, default: T, range: std::ops::RangeInclusive<T>) -> Result<T, ConfigError>
     where
         T: FromStr + PartialOrd + fmt::Display + Copy,
     {
@@ -141,7 +131,12 @@ impl RedisSettings {
     /// `REDIS_URL` (required), `REDIS_KEY_PREFIX`, `REDIS_TIMEOUT_MS`,
     /// `REDIS_CONNECT_TIMEOUT_MS`.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        let url = env.required("REDIS_URL")?;
+        Self::with_url(env, env.required("REDIS_URL")?)
+    }
+
+    /// The other Redis settings with a URL found elsewhere (ElastiCache
+    /// discovery), for a function that has no `REDIS_URL`.
+    pub fn with_url(env: &Env, url: String) -> Result<Self, ConfigError> {
         if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
             return Err(ConfigError::Invalid {
                 var: "REDIS_URL",
@@ -149,10 +144,7 @@ impl RedisSettings {
             });
         }
         let key_prefix = env.optional("REDIS_KEY_PREFIX").unwrap_or_default();
-        if key_prefix.len() > 64
-            || key_prefix.contains(['{', '}'])
-            || key_prefix.chars().any(char::is_whitespace)
-        {
+        if key_prefix.len() > 64 || key_prefix.contains(['{', '}']) || key_prefix.chars().any(char::is_whitespace) {
             return Err(ConfigError::Invalid {
                 var: "REDIS_KEY_PREFIX",
                 problem: "at most 64 characters, no braces or white space".into(),
@@ -194,17 +186,9 @@ impl RiskLimits {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let d = Self::default();
         Ok(Self {
-            daily_claims_per_user: env.number(
-                "RISK_DAILY_CLAIMS_PER_USER",
-                d.daily_claims_per_user,
-                0..=10_000,
-            )?,
+            daily_claims_per_user: env.number("RISK_DAILY_CLAIMS_PER_USER", d.daily_claims_per_user, 0..=10_000)?,
             users_per_ip: env.number("RISK_USERS_PER_IP", d.users_per_ip, 0..=1_000_000)?,
-            day_offset_minutes: env.number(
-                "RISK_DAY_OFFSET_MINUTES",
-                d.day_offset_minutes,
-                -720..=840,
-            )?,
+            day_offset_minutes: env.number("RISK_DAY_OFFSET_MINUTES", d.day_offset_minutes, -720..=840)?,
         })
     }
 
@@ -235,22 +219,43 @@ pub struct GrabConfig {
     pub sqs: AwsCallSettings,
     /// Risk rules.
     pub risk: RiskLimits,
+    /// Identity and request limits at the HTTP edge.
+    pub http: HttpSettings,
+    /// `SOLD_OUT_MEMORY_MS` (1000): how long an instance remembers a sell-out.
+    pub sold_out_memory_ms: u64,
+    /// `IDEMPOTENCY_TTL_SECS` (86400): how long a request id's outcome is kept.
+    pub idempotency_ttl_secs: u64,
+    /// `METRICS_NAMESPACE` (`CouponGrab`).
+    pub metrics_namespace: String,
+}
+
+/// How the HTTP functions read identity and bodies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpSettings {
     /// `TRUST_IDENTITY_HEADERS`: local development only. Takes the user from
-    /// `X-User-Id`/`X-User-Level` instead of the verified JWT claims. Off by
+    /// `X-User-Id`/`X-User-Level` when no JWT claims are present. Off by
     /// default and off in the SAM template.
     pub trust_identity_headers: bool,
     /// `USER_ID_CLAIM` (`sub`).
     pub user_id_claim: String,
     /// `MEMBER_LEVEL_CLAIM` (`member_level`).
     pub member_level_claim: String,
-    /// `SOLD_OUT_MEMORY_MS` (1000): how long an instance remembers a sell-out.
-    pub sold_out_memory_ms: u64,
-    /// `IDEMPOTENCY_TTL_SECS` (86400): how long a request id's outcome is kept.
-    pub idempotency_ttl_secs: u64,
     /// `MAX_BODY_BYTES` (4096): larger bodies get 413.
     pub max_body_bytes: usize,
-    /// `METRICS_NAMESPACE` (`CouponGrab`).
-    pub metrics_namespace: String,
+}
+
+impl HttpSettings {
+    /// Reads the four variables above.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            trust_identity_headers: env.flag("TRUST_IDENTITY_HEADERS", false)?,
+            user_id_claim: env.optional("USER_ID_CLAIM").unwrap_or_else(|| "sub".into()),
+            member_level_claim: env
+                .optional("MEMBER_LEVEL_CLAIM")
+                .unwrap_or_else(|| "member_level".into()),
+            max_body_bytes: env.number("MAX_BODY_BYTES", 4_096, 64..=1_048_576)?,
+        })
+    }
 }
 
 impl GrabConfig {
@@ -276,19 +281,10 @@ impl GrabConfig {
                 operation_timeout_ms: env.number("SQS_TIMEOUT_MS", 1_000, 50..=30_000)?,
             },
             risk: RiskLimits::from_env(env)?,
-            trust_identity_headers: env.flag("TRUST_IDENTITY_HEADERS", false)?,
-            user_id_claim: env
-                .optional("USER_ID_CLAIM")
-                .unwrap_or_else(|| "sub".into()),
-            member_level_claim: env
-                .optional("MEMBER_LEVEL_CLAIM")
-                .unwrap_or_else(|| "member_level".into()),
+            http: HttpSettings::from_env(env)?,
             sold_out_memory_ms: env.number("SOLD_OUT_MEMORY_MS", 1_000, 0..=60_000)?,
             idempotency_ttl_secs: env.number("IDEMPOTENCY_TTL_SECS", 86_400, 60..=30 * 86_400)?,
-            max_body_bytes: env.number("MAX_BODY_BYTES", 4_096, 64..=1_048_576)?,
-            metrics_namespace: env
-                .optional("METRICS_NAMESPACE")
-                .unwrap_or_else(|| "CouponGrab".into()),
+            metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "CouponGrab".into()),
         })
     }
 }
@@ -320,16 +316,152 @@ impl AdminConfig {
     }
 }
 
+/// Call settings for DynamoDB off the grab path: `DDB_MAX_ATTEMPTS` (4),
+/// `DDB_TIMEOUT_MS` (5000).
+pub fn dynamodb_calls(env: &Env) -> Result<AwsCallSettings, ConfigError> {
+    Ok(AwsCallSettings {
+        max_attempts: env.number("DDB_MAX_ATTEMPTS", 4, 1..=10)?,
+        operation_timeout_ms: env.number("DDB_TIMEOUT_MS", 5_000, 100..=60_000)?,
+    })
+}
+
+/// Everything the issuer reads.
+#[derive(Debug, Clone)]
+pub struct IssuerConfig {
+    /// `COUPONS_TABLE`.
+    pub coupons_table: String,
+    /// `USER_COUPONS_TABLE`.
+    pub user_coupons_table: String,
+    /// DynamoDB call settings.
+    pub dynamodb: AwsCallSettings,
+    /// `ISSUER_CONCURRENCY` (16): messages of one batch issued at once.
+    pub concurrency: usize,
+    /// `METRICS_NAMESPACE` (`CouponGrab`).
+    pub metrics_namespace: String,
+}
+
+impl IssuerConfig {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from(&Env::process())
+    }
+
+    /// Reads any [`Env`].
+    pub fn from(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            coupons_table: env.required("COUPONS_TABLE")?,
+            user_coupons_table: env.required("USER_COUPONS_TABLE")?,
+            dynamodb: dynamodb_calls(env)?,
+            concurrency: env.number("ISSUER_CONCURRENCY", 16, 1..=256)?,
+            metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "CouponGrab".into()),
+        })
+    }
+}
+
+/// Where the reconciler finds Redis.
+#[derive(Debug, Clone)]
+pub enum RedisSource {
+    /// `REDIS_URL` is set.
+    Url(RedisSettings),
+    /// `ELASTICACHE_REPLICATION_GROUP_ID` names the group to look up; the
+    /// token (if any) is `REDIS_AUTH_TOKEN`.
+    ReplicationGroup(String),
+}
+
+/// Everything the reconciler reads.
+#[derive(Debug, Clone)]
+pub struct ReconcilerConfig {
+    /// Where Redis is.
+    pub redis: RedisSource,
+    /// `ELASTICACHE_REPLICATION_GROUP_ID`, reported on when set.
+    pub replication_group: Option<String>,
+    /// `COUPONS_TABLE`.
+    pub coupons_table: String,
+    /// `USER_COUPONS_TABLE`.
+    pub user_coupons_table: String,
+    /// `GRANT_QUEUE_URL`: where re-driven grants go.
+    pub queue_url: String,
+    /// `GRANT_DLQ_URL`: whose depth is reported (optional).
+    pub dlq_url: Option<String>,
+    /// AWS call settings.
+    pub aws: AwsCallSettings,
+    /// `RECONCILE_GRACE_MS` (30000): younger grants are not re-driven.
+    pub grace_ms: i64,
+    /// `RECONCILE_RETENTION_HOURS` (168): ended coupons are visited this long.
+    pub retention_hours: i64,
+    /// `METRICS_NAMESPACE` (`CouponGrab`).
+    pub metrics_namespace: String,
+}
+
+impl ReconcilerConfig {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from(&Env::process())
+    }
+
+    /// Reads any [`Env`].
+    pub fn from(env: &Env) -> Result<Self, ConfigError> {
+        let replication_group = env.optional("ELASTICACHE_REPLICATION_GROUP_ID");
+        let redis = match (env.optional("REDIS_URL"), &replication_group) {
+            (Some(_), _) => RedisSource::Url(RedisSettings::from_env(env)?),
+            (None, Some(group)) => RedisSource::ReplicationGroup(group.clone()),
+            (None, None) => return Err(ConfigError::Missing("REDIS_URL (or ELASTICACHE_REPLICATION_GROUP_ID)")),
+        };
+        Ok(Self {
+            redis,
+            replication_group,
+            coupons_table: env.required("COUPONS_TABLE")?,
+            user_coupons_table: env.required("USER_COUPONS_TABLE")?,
+            queue_url: env.required("GRANT_QUEUE_URL")?,
+            dlq_url: env.optional("GRANT_DLQ_URL"),
+            aws: dynamodb_calls(env)?,
+            grace_ms: env.number("RECONCILE_GRACE_MS", 30_000, 0..=86_400_000)?,
+            retention_hours: env.number("RECONCILE_RETENTION_HOURS", 168, 1..=24 * 90)?,
+            metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "CouponGrab".into()),
+        })
+    }
+}
+
+/// Everything the wallet (reading coupons) reads.
+#[derive(Debug, Clone)]
+pub struct WalletConfig {
+    /// Redis, for grants still in an outbox.
+    pub redis: RedisSettings,
+    /// `COUPONS_TABLE`.
+    pub coupons_table: String,
+    /// `USER_COUPONS_TABLE`.
+    pub user_coupons_table: String,
+    /// DynamoDB call settings.
+    pub dynamodb: AwsCallSettings,
+    /// Identity and request limits.
+    pub http: HttpSettings,
+}
+
+impl WalletConfig {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from(&Env::process())
+    }
+
+    /// Reads any [`Env`].
+    pub fn from(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            redis: RedisSettings::from_env(env)?,
+            coupons_table: env.required("COUPONS_TABLE")?,
+            user_coupons_table: env.required("USER_COUPONS_TABLE")?,
+            dynamodb: dynamodb_calls(env)?,
+            http: HttpSettings::from_env(env)?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const BASE: &[(&str, &str)] = &[
         ("REDIS_URL", "redis://:secret@127.0.0.1:6379"),
-        (
-            "GRANT_QUEUE_URL",
-            "http://localhost:4566/000000000000/grants",
-        ),
+        ("GRANT_QUEUE_URL", "http://localhost:4566/000000000000/grants"),
     ];
 
     fn env_with(extra: &[(&str, &str)]) -> Env {
@@ -341,9 +473,9 @@ mod tests {
     #[test]
     fn defaults_apply_when_only_the_required_settings_are_given() {
         let cfg = GrabConfig::from(&env_with(&[])).unwrap();
-        assert!(!cfg.trust_identity_headers);
+        assert!(!cfg.http.trust_identity_headers);
         assert_eq!(cfg.risk.daily_claims_per_user, 5);
-        assert_eq!(cfg.max_body_bytes, 4096);
+        assert_eq!(cfg.http.max_body_bytes, 4096);
     }
 
     #[test]
@@ -364,6 +496,25 @@ mod tests {
     fn the_redis_url_is_never_printed() {
         let cfg = GrabConfig::from(&env_with(&[])).unwrap();
         assert!(!format!("{cfg:?}").contains("secret"));
+    }
+
+    #[test]
+    fn the_reconciler_needs_a_redis_url_or_a_replication_group() {
+        let tables = [
+            ("COUPONS_TABLE", "c"),
+            ("USER_COUPONS_TABLE", "u"),
+            ("GRANT_QUEUE_URL", "http://q"),
+        ];
+        let err = ReconcilerConfig::from(&Env::from_pairs(&tables)).unwrap_err();
+        assert!(err
+            .to_string()
+            .starts_with("REDIS_URL (or ELASTICACHE_REPLICATION_GROUP_ID)"));
+        let mut with_group = tables.to_vec();
+        with_group.push(("ELASTICACHE_REPLICATION_GROUP_ID", "coupons"));
+        let cfg = ReconcilerConfig::from(&Env::from_pairs(&with_group)).unwrap();
+        assert!(matches!(cfg.redis, RedisSource::ReplicationGroup(ref g) if g == "coupons"));
+        let settings = RedisSettings::with_url(&Env::from_pairs(&with_group), "rediss://h:6379".into()).unwrap();
+        assert_eq!(settings.url, "rediss://h:6379");
     }
 
     #[test]

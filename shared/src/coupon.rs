@@ -103,19 +103,13 @@ impl CouponDefinition {
     pub fn validate(&self, max_stock: u64) -> Result<(), DefinitionError> {
         let name_len = self.name.chars().count();
         if name_len == 0 || name_len > 100 || self.name.chars().any(char::is_control) {
-            return Err(invalid(
-                "name",
-                "must be 1 to 100 characters, no control characters",
-            ));
+            return Err(invalid("name", "must be 1 to 100 characters, no control characters"));
         }
         if self.amount == 0 {
             return Err(invalid("amount", "must be positive"));
         }
         if self.total_stock == 0 || self.total_stock > max_stock {
-            return Err(invalid(
-                "totalStock",
-                format!("must be between 1 and {max_stock}"),
-            ));
+            return Err(invalid("totalStock", format!("must be between 1 and {max_stock}")));
         }
         if self.per_user_limit == 0 || self.per_user_limit > 100 {
             return Err(invalid("perUserLimit", "must be between 1 and 100"));
@@ -127,10 +121,7 @@ impl CouponDefinition {
             return Err(invalid("validUntilMs", "must be after validFromMs"));
         }
         if self.shards == 0 || self.shards > MAX_SHARDS {
-            return Err(invalid(
-                "shards",
-                format!("must be between 1 and {MAX_SHARDS}"),
-            ));
+            return Err(invalid("shards", format!("must be between 1 and {MAX_SHARDS}")));
         }
         if u64::from(self.shards) > self.total_stock {
             return Err(invalid("shards", "must not exceed totalStock"));
@@ -157,12 +148,22 @@ impl CouponDefinition {
     /// Each shard's burst: the coupon's burst (or rate) split evenly, at
     /// least one token.
     pub fn shard_burst(&self) -> u64 {
-        let burst = if self.burst == 0 {
-            self.rate_per_sec
-        } else {
-            self.burst
-        };
+        let burst = if self.burst == 0 { self.rate_per_sec } else { self.burst };
         u64::from(burst.div_ceil(self.shards).max(1))
+    }
+
+    /// How many capped counter items DynamoDB splits the stock over: one item
+    /// takes about 1,000 writes a second, so big coupons get more items (one
+    /// per 1,000 units, up to 16), never more items than units.
+    pub fn counter_items(&self) -> u32 {
+        let wanted = self.total_stock.div_ceil(1_000).clamp(1, 16);
+        wanted.min(self.total_stock.max(1)) as u32
+    }
+
+    /// The cap of counter item `index`: an even split that sums to the total.
+    pub fn counter_cap(&self, index: u32) -> u64 {
+        let items = u64::from(self.counter_items());
+        self.total_stock / items + u64::from(u64::from(index) < self.total_stock % items)
     }
 
     /// A stable digest of the definition, stored beside it so that a repeated
@@ -216,6 +217,18 @@ pub(crate) mod tests {
             def.shards = shards;
             let sum: u64 = (0..shards).map(|i| def.shard_stock(i)).sum();
             assert_eq!(sum, total, "{total} over {shards}");
+        }
+    }
+
+    #[test]
+    fn counter_caps_sum_to_the_total() {
+        let mut def = sample();
+        for total in [1, 7, 999, 1_000, 1_001, 16_001, 1_000_000] {
+            def.total_stock = total;
+            let items = def.counter_items();
+            assert!((1..=16).contains(&items));
+            let sum: u64 = (0..items).map(|i| def.counter_cap(i)).sum();
+            assert_eq!(sum, total);
         }
     }
 

@@ -92,6 +92,7 @@ error_codes! {
     RiskRejected => "RISK_REJECTED", 403, "This request was refused by risk control.", "该请求被风控拒绝。";
     NotEligible => "NOT_ELIGIBLE", 403, "Your member level is too low for this coupon.", "您的会员等级不满足领取条件。";
     CouponNotFound => "COUPON_NOT_FOUND", 404, "No such coupon.", "优惠券不存在。";
+    GrantNotFound => "GRANT_NOT_FOUND", 404, "No such grant for you.", "未找到您的该条领取记录。";
     RouteNotFound => "ROUTE_NOT_FOUND", 404, "No such route.", "接口不存在。";
     MethodNotAllowed => "METHOD_NOT_ALLOWED", 405, "This method is not allowed here.", "不支持该请求方法。";
     AlreadyClaimed => "ALREADY_CLAIMED", 409, "You already have this coupon.", "您已领取过该优惠券。";
@@ -147,14 +148,8 @@ mod tests {
 
     #[test]
     fn accept_language_prefers_the_highest_q() {
-        assert_eq!(
-            Lang::from_accept_language(Some("zh-CN,zh;q=0.9,en;q=0.8")),
-            Lang::Zh
-        );
-        assert_eq!(
-            Lang::from_accept_language(Some("en;q=0.5, zh-TW;q=0.9")),
-            Lang::Zh
-        );
+        assert_eq!(Lang::from_accept_language(Some("zh-CN,zh;q=0.9,en;q=0.8")), Lang::Zh);
+        assert_eq!(Lang::from_accept_language(Some("en;q=0.5, zh-TW;q=0.9")), Lang::Zh);
         assert_eq!(Lang::from_accept_language(Some("fr, en;q=0.1")), Lang::En);
         assert_eq!(Lang::from_accept_language(Some("zh;q=0")), Lang::En);
         assert_eq!(Lang::from_accept_language(Some(";;;,,q=x")), Lang::En);

@@ -101,13 +101,7 @@ mod tests {
 
     #[test]
     fn other_records_are_not_grants() {
-        for bad in [
-            "B|1|1|5",
-            "L|SOLD_OUT",
-            "W|x|y|0|1",
-            "W||1|0|1",
-            "W|a|1|0|1|extra",
-        ] {
+        for bad in ["B|1|1|5", "L|SOLD_OUT", "W|x|y|0|1", "W||1|0|1", "W|a|1|0|1|extra"] {
             assert!(GrantRecord::parse(bad).is_none(), "{bad}");
         }
     }

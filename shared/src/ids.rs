@@ -137,9 +137,7 @@ impl UserId {
                 rule: "is too long",
             });
         }
-        let ok = raw
-            .chars()
-            .all(|c| c.is_ascii_graphic() && !matches!(c, '{' | '}'));
+        let ok = raw.chars().all(|c| c.is_ascii_graphic() && !matches!(c, '{' | '}'));
         if !ok {
             return Err(IdError {
                 field: FIELD,
@@ -198,10 +196,7 @@ mod tests {
 
     #[test]
     fn coupon_ids_accept_the_token_alphabet() {
-        assert_eq!(
-            CouponId::parse("spring_20-off").unwrap().as_str(),
-            "spring_20-off"
-        );
+        assert_eq!(CouponId::parse("spring_20-off").unwrap().as_str(), "spring_20-off");
     }
 
     #[test]

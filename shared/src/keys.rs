@@ -26,9 +26,7 @@ pub struct ShardKeys {
 impl KeySpace {
     /// `prefix` must not contain braces (checked by the config).
     pub fn new(prefix: impl Into<String>) -> Self {
-        Self {
-            prefix: prefix.into(),
-        }
+        Self { prefix: prefix.into() }
     }
 
     /// The keys of shard `shard` of `coupon`.
@@ -70,6 +68,10 @@ impl ShardKeys {
     /// Borrowed grants by `<ordinal>:<user>`.
     pub fn taken(&self) -> String {
         format!("{}:taken", self.tag)
+    }
+    /// `<requestId>:<user>` -> when a borrow was reserved, until settled.
+    pub fn borrowing(&self) -> String {
+        format!("{}:borrowing", self.tag)
     }
     /// The stored outcome of one request. The user id is part of the key:
     /// request ids are scoped per user, and a request id cannot contain `:`,

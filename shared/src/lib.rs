@@ -16,7 +16,9 @@
 //!   Chinese messages) and the adapters' errors.
 //! - [`ports`]: the traits the domain needs (stock ledger, risk guard, grant
 //!   publisher, coupon repository, preheater).
-//! - [`service`]: the grab use case; [`preheat`]: creating a coupon.
+//! - [`service`]: the grab use case; [`preheat`]: creating a coupon;
+//!   [`issuance`]: grants into coupons; [`reconcile`]: re-drive, repair,
+//!   report.
 //! - [`soldout`]: the per-instance sold-out memory.
 //! - [`keys`]: the Redis key layout and its hash tags.
 //! - [`adapters`]: Redis (always), SQS (`sqs` feature), DynamoDB
@@ -35,10 +37,12 @@ pub mod coupon;
 pub mod error;
 pub mod grant;
 pub mod ids;
+pub mod issuance;
 pub mod keys;
 pub mod metrics;
 pub mod outcome;
 pub mod ports;
 pub mod preheat;
+pub mod reconcile;
 pub mod service;
 pub mod soldout;

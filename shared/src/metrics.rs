@@ -33,13 +33,7 @@ impl EmfMetrics {
 
     /// The EMF document for one count (public for tests and for callers
     /// that want to log a batch of figures in one line).
-    pub fn line(
-        &self,
-        name: &str,
-        dimension: Option<(&str, &str)>,
-        value: u64,
-        now_ms: i64,
-    ) -> Value {
+    pub fn line(&self, name: &str, dimension: Option<(&str, &str)>, value: u64, now_ms: i64) -> Value {
         let mut dims = vec![Value::from("Service")];
         let mut doc = Map::new();
         doc.insert("Service".into(), self.service.clone().into());
@@ -84,12 +78,7 @@ impl RecordingMetrics {
     pub fn total(&self, name: &str) -> u64 {
         self.0
             .lock()
-            .map(|v| {
-                v.iter()
-                    .filter(|(n, _, _)| n == name)
-                    .map(|(_, _, c)| c)
-                    .sum()
-            })
+            .map(|v| v.iter().filter(|(n, _, _)| n == name).map(|(_, _, c)| c).sum())
             .unwrap_or(0)
     }
 
@@ -125,12 +114,7 @@ mod tests {
 
     #[test]
     fn an_emf_line_declares_the_metric_it_carries() {
-        let line = EmfMetrics::new("CouponGrab", "grab").line(
-            "GrabOutcome",
-            Some(("Code", "SOLD_OUT")),
-            1,
-            7,
-        );
+        let line = EmfMetrics::new("CouponGrab", "grab").line("GrabOutcome", Some(("Code", "SOLD_OUT")), 1, 7);
         assert_eq!(line["GrabOutcome"], 1);
         assert_eq!(line["Code"], "SOLD_OUT");
         let decl = &line["_aws"]["CloudWatchMetrics"][0];

@@ -53,10 +53,7 @@ pub async fn create_coupon(
 ) -> Result<Created, CreateError> {
     def.validate(max_total_stock)?;
     let stored = repo.put_definition(def).await.map_err(classify)?;
-    let preheated = preheater
-        .preheat(def, clock.now_ms())
-        .await
-        .map_err(classify)?;
+    let preheated = preheater.preheat(def, clock.now_ms()).await.map_err(classify)?;
     Ok(if stored || preheated {
         Created::New
     } else {

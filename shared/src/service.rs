@@ -28,8 +28,7 @@ use crate::ids::{ClientIp, CouponId, RequestId, UserId};
 use crate::metrics::Metrics;
 use crate::outcome::{GrabOutcome, Rejection};
 use crate::ports::{
-    Claim, ClaimReply, GrantPublisher, Recorded, RiskDecision, RiskGuard, RiskHold, StockLedger,
-    TakeReply,
+    Claim, ClaimReply, GrantPublisher, Recorded, RiskDecision, RiskGuard, RiskHold, StockLedger, TakeReply,
 };
 use crate::soldout::SoldOutMemory;
 
@@ -130,8 +129,7 @@ impl GrabService {
             Ok(GrabOutcome::Rejected { reason, .. }) => rejection_metric(reason),
             Err(_) => "UNAVAILABLE",
         };
-        self.metrics
-            .count("GrabOutcome", Some(("Outcome", code)), 1);
+        self.metrics.count("GrabOutcome", Some(("Outcome", code)), 1);
         outcome
     }
 
@@ -238,56 +236,16 @@ impl GrabService {
         })
     }
 
-    /// Visits the other shards in a fixed order from the home shard, so that
-    /// concurrent retries of one request meet the same donor first.
     async fn borrow(
         &self,
         claim: &Claim<'_>,
         shards: u32,
         ordinal: u32,
     ) -> Result<Result<GrantRecord, Rejection>, StoreError> {
-        let mut donor_grant = None;
-        for step in 1..shards {
-            let donor = (claim.home_shard + step) % shards;
-            match self.ledger.take(claim, donor, ordinal).await? {
-                TakeReply::Won(rec) => {
-                    donor_grant = Some(rec);
-                    break;
-                }
-                TakeReply::Empty => {}
-                TakeReply::Missing => {
-                    warn!(
-                        donor,
-                        "stock shard has no state; skipped (reconciler rebuilds it)"
-                    );
-                    self.metrics.count("ShardMissing", None, 1);
-                }
-            }
-        }
-        Ok(
-            match self.ledger.settle(claim, donor_grant.as_ref()).await? {
-                Some(Recorded::Won(rec)) => Ok(rec),
-                Some(Recorded::SoldOut) => Err(Rejection::SoldOut),
-                Some(Recorded::Borrowing { .. }) => {
-                    return Err(StoreError::Protocol {
-                        what: "settle",
-                        detail: "reservation left open".into(),
-                    })
-                }
-                // The reservation expired or was lost: the donor's grant (if any)
-                // is real and in its outbox, so it is still the caller's.
-                None => donor_grant.ok_or(Rejection::SoldOut),
-            },
-        )
+        finish_borrow(self.ledger.as_ref(), self.metrics.as_ref(), claim, shards, ordinal).await
     }
 
-    async fn won(
-        &self,
-        req: &GrabRequest,
-        rec: GrantRecord,
-        publish: bool,
-        replayed: bool,
-    ) -> GrabOutcome {
+    async fn won(&self, req: &GrabRequest, rec: GrantRecord, publish: bool, replayed: bool) -> GrabOutcome {
         let grant = rec.into_grant(req.coupon.clone(), req.user.clone(), req.request.clone());
         let mut queued = false;
         if publish {
@@ -320,12 +278,7 @@ impl GrabService {
     }
 
     async fn shard_count(&self, coupon: &CouponId) -> Result<Option<u32>, StoreError> {
-        if let Some(n) = self
-            .shard_counts
-            .read()
-            .ok()
-            .and_then(|m| m.get(coupon).copied())
-        {
+        if let Some(n) = self.shard_counts.read().ok().and_then(|m| m.get(coupon).copied()) {
             return Ok(Some(n));
         }
         // Shards are fixed at creation, so a known count never goes stale.
@@ -335,6 +288,49 @@ impl GrabService {
         }
         Ok(n)
     }
+}
+
+/// Finishes a borrow for claim `ordinal` reserved on the home shard: visits
+/// the other shards in a fixed order from the home shard (so that concurrent
+/// retries of one request meet the same donor first), then settles on the
+/// home shard. Used by the grab and, for borrows whose caller died, by the
+/// reconciler: donor takes are idempotent per (user, ordinal), so running it
+/// again after a crash never takes a second unit.
+pub async fn finish_borrow(
+    ledger: &dyn StockLedger,
+    metrics: &dyn Metrics,
+    claim: &Claim<'_>,
+    shards: u32,
+    ordinal: u32,
+) -> Result<Result<GrantRecord, Rejection>, StoreError> {
+    let mut donor_grant = None;
+    for step in 1..shards {
+        let donor = (claim.home_shard + step) % shards;
+        match ledger.take(claim, donor, ordinal).await? {
+            TakeReply::Won(rec) => {
+                donor_grant = Some(rec);
+                break;
+            }
+            TakeReply::Empty => {}
+            TakeReply::Missing => {
+                warn!(donor, "stock shard has no state; skipped (the reconciler rebuilds it)");
+                metrics.count("ShardMissing", None, 1);
+            }
+        }
+    }
+    Ok(match ledger.settle(claim, donor_grant.as_ref()).await? {
+        Some(Recorded::Won(rec)) => Ok(rec),
+        Some(Recorded::SoldOut) => Err(Rejection::SoldOut),
+        Some(Recorded::Borrowing { .. }) => {
+            return Err(StoreError::Protocol {
+                what: "settle",
+                detail: "reservation left open".into(),
+            })
+        }
+        // The reservation expired or was lost: the donor's grant (if any) is
+        // real and in its outbox, so it is still the caller's.
+        None => donor_grant.ok_or(Rejection::SoldOut),
+    })
 }
 
 fn rejected(reason: Rejection, replayed: bool) -> GrabOutcome {
@@ -403,16 +399,10 @@ mod tests {
             self.log(format!("take:{donor}"));
             Ok(self.takes.get(&donor).cloned().unwrap_or(TakeReply::Empty))
         }
-        async fn settle(
-            &self,
-            _: &Claim<'_>,
-            donor: Option<&GrantRecord>,
-        ) -> Result<Option<Recorded>, StoreError> {
+        async fn settle(&self, _: &Claim<'_>, donor: Option<&GrantRecord>) -> Result<Option<Recorded>, StoreError> {
             self.log("settle".into());
             Ok(Some(
-                donor
-                    .map(|r| Recorded::Won(r.clone()))
-                    .unwrap_or(Recorded::SoldOut),
+                donor.map(|r| Recorded::Won(r.clone())).unwrap_or(Recorded::SoldOut),
             ))
         }
         async fn recorded(&self, _: &Claim<'_>) -> Result<Option<Recorded>, StoreError> {
@@ -439,12 +429,7 @@ mod tests {
 
     #[async_trait]
     impl RiskGuard for FakeRisk {
-        async fn reserve(
-            &self,
-            user: &UserId,
-            ip: Option<ClientIp>,
-            _: i64,
-        ) -> Result<RiskDecision, StoreError> {
+        async fn reserve(&self, user: &UserId, ip: Option<ClientIp>, _: i64) -> Result<RiskDecision, StoreError> {
             if let Some(reason) = self.refuse {
                 return Ok(RiskDecision::Refused(reason));
             }
@@ -554,11 +539,7 @@ mod tests {
             }
         ));
         assert_eq!(w.metrics.total("GrantQueueFailed"), 1);
-        assert_eq!(
-            *w.risk.released.lock().unwrap(),
-            0,
-            "a win keeps its risk hold"
-        );
+        assert_eq!(*w.risk.released.lock().unwrap(), 0, "a win keeps its risk hold");
     }
 
     #[tokio::test]
@@ -618,10 +599,7 @@ mod tests {
             ScriptedLedger {
                 shards: 4,
                 claim: Some(ClaimReply::Borrow { ordinal: 1 }),
-                takes: HashMap::from([(
-                    second_donor,
-                    TakeReply::Won(record("c-x-1", second_donor)),
-                )]),
+                takes: HashMap::from([(second_donor, TakeReply::Won(record("c-x-1", second_donor)))]),
                 ..Default::default()
             },
             FakeRisk::allowing(),

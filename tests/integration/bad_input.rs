@@ -12,30 +12,10 @@ async fn bad_input_gets_a_4xx_with_a_stable_code() {
     let ok = |req: &str| Event::grab(c, "u1", req);
     let nested = format!("{}{}", "[".repeat(1_000), "]".repeat(1_000));
     let cases: Vec<(&str, serde_json::Value, u16, &str)> = vec![
-        (
-            "not JSON",
-            ok("r").body("grab please").build(),
-            400,
-            "INVALID_REQUEST",
-        ),
-        (
-            "empty body",
-            ok("r").body("").build(),
-            400,
-            "INVALID_REQUEST",
-        ),
-        (
-            "JSON null",
-            ok("r").body("null").build(),
-            400,
-            "INVALID_REQUEST",
-        ),
-        (
-            "JSON array",
-            ok("r").body("[]").build(),
-            400,
-            "INVALID_REQUEST",
-        ),
+        ("not JSON", ok("r").body("grab please").build(), 400, "INVALID_REQUEST"),
+        ("empty body", ok("r").body("").build(), 400, "INVALID_REQUEST"),
+        ("JSON null", ok("r").body("null").build(), 400, "INVALID_REQUEST"),
+        ("JSON array", ok("r").body("[]").build(), 400, "INVALID_REQUEST"),
         (
             "number for requestId",
             ok("r").body(r#"{"requestId":5}"#).build(),
@@ -48,12 +28,7 @@ async fn bad_input_gets_a_4xx_with_a_stable_code() {
             400,
             "INVALID_REQUEST",
         ),
-        (
-            "missing requestId",
-            ok("r").body("{}").build(),
-            400,
-            "INVALID_REQUEST",
-        ),
+        ("missing requestId", ok("r").body("{}").build(), 400, "INVALID_REQUEST"),
         ("empty requestId", ok("").build(), 400, "INVALID_REQUEST"),
         (
             "requestId too long",
@@ -87,9 +62,7 @@ async fn bad_input_gets_a_4xx_with_a_stable_code() {
         ),
         (
             "userId in the body",
-            ok("r")
-                .body(r#"{"requestId":"r","userId":"victim"}"#)
-                .build(),
+            ok("r").body(r#"{"requestId":"r","userId":"victim"}"#).build(),
             400,
             "INVALID_REQUEST",
         ),
@@ -155,18 +128,10 @@ async fn bad_input_gets_a_4xx_with_a_stable_code() {
             404,
             "ROUTE_NOT_FOUND",
         ),
-        (
-            "no identity",
-            ok("r").without_authorizer().build(),
-            401,
-            "UNAUTHORIZED",
-        ),
+        ("no identity", ok("r").without_authorizer().build(), 401, "UNAUTHORIZED"),
         (
             "forged identity header",
-            ok("r")
-                .without_authorizer()
-                .header("x-user-id", "victim")
-                .build(),
+            ok("r").without_authorizer().header("x-user-id", "victim").build(),
             401,
             "UNAUTHORIZED",
         ),
@@ -180,12 +145,7 @@ async fn bad_input_gets_a_4xx_with_a_stable_code() {
     assert!(cases.len() >= 15);
     for (name, event, status, code) in cases {
         let resp = h.send(event).await;
-        assert_eq!(
-            (resp.status, resp.code()),
-            (status, code),
-            "{name}: {}",
-            resp.body
-        );
+        assert_eq!((resp.status, resp.code()), (status, code), "{name}: {}", resp.body);
         assert!(
             resp.body["message"].as_str().is_some_and(|m| !m.is_empty()),
             "{name}: a human message"

@@ -75,11 +75,7 @@ async fn run_sale(h: &Harness, coupon: &str, users: &[String], per_user: usize) 
     result
 }
 
-async fn assert_exactly_stock_won(
-    h: &Harness,
-    def: &coupon_shared::coupon::CouponDefinition,
-    result: &SaleResult,
-) {
+async fn assert_exactly_stock_won(h: &Harness, def: &coupon_shared::coupon::CouponDefinition, result: &SaleResult) {
     let all: HashSet<&String> = result.wins.values().flatten().collect();
     assert_eq!(
         all.len() as u64,
@@ -88,28 +84,17 @@ async fn assert_exactly_stock_won(
         result.codes
     );
     for (user, grants) in &result.wins {
-        assert!(
-            grants.len() <= def.per_user_limit as usize,
-            "{user} won {grants:?}"
-        );
+        assert!(grants.len() <= def.per_user_limit as usize, "{user} won {grants:?}");
     }
     for (request, grants) in &result.by_request {
-        assert_eq!(
-            grants.len(),
-            1,
-            "request {request} answered with two grants"
-        );
+        assert_eq!(grants.len(), 1, "request {request} answered with two grants");
     }
     assert_eq!(h.stock(def).await, 0, "stock in Redis");
     assert_eq!(h.outbox_len(def).await, def.total_stock, "outbox entries");
     let outbox: HashSet<String> = h.outbox_grant_ids(def).await.into_iter().collect();
     let queued: Vec<_> = h.stack.drain(&h.queue_url).await;
     let queued_ids: HashSet<String> = queued.iter().map(|g| g.grant_id.clone()).collect();
-    assert_eq!(
-        queued.len() as u64,
-        def.total_stock,
-        "one SQS message per winner"
-    );
+    assert_eq!(queued.len() as u64, def.total_stock, "one SQS message per winner");
     let won: HashSet<String> = all.into_iter().cloned().collect();
     assert_eq!(queued_ids, won, "SQS carries exactly the winners");
     assert_eq!(outbox, won, "the outbox holds exactly the winners");
@@ -167,12 +152,7 @@ async fn users_homed_on_an_empty_shard_borrow_until_the_whole_coupon_is_gone() {
     let homed_on_zero = users(13, 4, 100);
     for (i, user) in homed_on_zero.iter().take(12).enumerate() {
         let resp = h.grab(&coupon, user, "r").await;
-        assert_eq!(
-            resp.code(),
-            "SUCCESS",
-            "grab {i} with stock left: {:?}",
-            resp.body
-        );
+        assert_eq!(resp.code(), "SUCCESS", "grab {i} with stock left: {:?}", resp.body);
     }
     assert_eq!(h.stock(&def).await, 0);
     let last = h.grab(&coupon, &homed_on_zero[12], "r").await;
@@ -193,16 +173,9 @@ async fn a_replayed_request_id_returns_the_first_outcome_and_moves_stock_once() 
     assert_eq!(again.body["data"]["replayed"], true);
     assert_eq!(h.stock(&def).await, 9);
     assert_eq!(h.outbox_len(&def).await, 1);
-    assert_eq!(
-        h.stack.drain(&h.queue_url).await.len(),
-        1,
-        "a replay sends nothing"
-    );
+    assert_eq!(h.stack.drain(&h.queue_url).await.len(), 1, "a replay sends nothing");
     // A new request id from the same user is a new grab: the limit says no.
-    assert_eq!(
-        h.grab(&coupon, "alice", "req-2").await.code(),
-        "ALREADY_CLAIMED"
-    );
+    assert_eq!(h.grab(&coupon, "alice", "req-2").await.code(), "ALREADY_CLAIMED");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -25,9 +25,7 @@ async fn the_grant_goes_to_the_user_in_the_token_not_the_one_in_a_header() {
 async fn a_function_url_request_without_a_token_is_unauthorized_by_default() {
     let h = Harness::new().await;
     let coupon = h.create(&h.coupon(5)).await;
-    let event = Event::function_url()
-        .path(&format!("/coupons/{coupon}/grab"))
-        .build();
+    let event = Event::function_url().path(&format!("/coupons/{coupon}/grab")).build();
     assert_eq!(h.send(event).await.code(), "UNAUTHORIZED");
 }
 
@@ -43,9 +41,7 @@ async fn the_local_mode_takes_identity_headers_when_there_is_no_token() {
     let coupon = h.create(&def).await;
     // The fixture's body is base64 (function URLs send it so) and names
     // X-User-Id: someone-else, X-User-Level: 9.
-    let event = Event::function_url()
-        .path(&format!("/coupons/{coupon}/grab"))
-        .build();
+    let event = Event::function_url().path(&format!("/coupons/{coupon}/grab")).build();
     let resp = h.send(event).await;
     assert_eq!(resp.code(), "SUCCESS", "{}", resp.body);
     let grants = h.stack.drain(&h.queue_url).await;

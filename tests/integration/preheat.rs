@@ -14,11 +14,7 @@ async fn creating_the_same_coupon_twice_is_a_no_op_that_keeps_the_stock() {
     assert_eq!(h.stock(&def).await, 10);
     assert_eq!(h.grab(&def.coupon_id, "u1", "r1").await.code(), "SUCCESS");
     assert_eq!(h.try_create(&def).await.unwrap(), Created::Unchanged);
-    assert_eq!(
-        h.stock(&def).await,
-        9,
-        "a repeated preheat never resets stock"
-    );
+    assert_eq!(h.stock(&def).await, 9, "a repeated preheat never resets stock");
 }
 
 #[tokio::test]
@@ -28,10 +24,7 @@ async fn a_different_definition_under_the_same_id_is_a_conflict() {
     h.create(&def).await;
     let mut other = def.clone();
     other.total_stock = 20;
-    assert!(matches!(
-        h.try_create(&other).await,
-        Err(CreateError::Conflict(_))
-    ));
+    assert!(matches!(h.try_create(&other).await, Err(CreateError::Conflict(_))));
     assert_eq!(h.stock(&def).await, 10);
 }
 
@@ -40,9 +33,7 @@ async fn an_invalid_definition_writes_nothing() {
     let h = Harness::new().await;
     let mut def = h.coupon(10);
     def.grab_end_ms = def.grab_start_ms - 1;
-    assert!(
-        matches!(h.try_create(&def).await, Err(CreateError::Invalid(e)) if e.field == "grabEndMs")
-    );
+    assert!(matches!(h.try_create(&def).await, Err(CreateError::Invalid(e)) if e.field == "grabEndMs"));
     let missing = h.grab(&def.coupon_id, "u1", "r1").await;
     assert_eq!(missing.code(), "COUPON_NOT_FOUND");
 }
@@ -58,10 +49,7 @@ async fn a_half_done_create_is_finished_by_running_it_again() {
     );
     use coupon_shared::ports::CouponRepository;
     assert!(repo.put_definition(&def).await.unwrap());
-    assert_eq!(
-        h.grab(&def.coupon_id, "u1", "r1").await.code(),
-        "COUPON_NOT_FOUND"
-    );
+    assert_eq!(h.grab(&def.coupon_id, "u1", "r1").await.code(), "COUPON_NOT_FOUND");
     assert_eq!(h.try_create(&def).await.unwrap(), Created::New);
     assert_eq!(h.grab(&def.coupon_id, "u1", "r1").await.code(), "SUCCESS");
     let stored = repo

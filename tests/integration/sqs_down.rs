@@ -14,12 +14,7 @@ async fn with_sqs_unreachable_the_winner_gets_success_pending_and_the_outbox_kee
     let def = h.coupon(5);
     let coupon = h.create(&def).await;
     let resp = h.grab(&coupon, "u1", "r1").await;
-    assert_eq!(
-        (resp.status, resp.code()),
-        (200, "SUCCESS"),
-        "{}",
-        resp.body
-    );
+    assert_eq!((resp.status, resp.code()), (200, "SUCCESS"), "{}", resp.body);
     assert_eq!(resp.body["data"]["status"], "PENDING");
     assert_eq!(resp.body["data"]["queued"], false);
     let grant = resp.grant_id().unwrap();

@@ -6,22 +6,29 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use aws_lambda_events::event::sqs::SqsEvent;
 use aws_sdk_sqs::config::Credentials;
-use coupon_shared::adapters::dynamodb::DynamoCouponRepository;
+use coupon_shared::adapters::dynamodb::{DynamoCouponRepository, DynamoLedger};
 use coupon_shared::adapters::redis::RedisStore;
 use coupon_shared::adapters::sqs::SqsPublisher;
+use coupon_shared::adapters::sqs::SqsRedrive;
 use coupon_shared::clock::ManualClock;
 use coupon_shared::config::{RedisSettings, RiskLimits};
 use coupon_shared::coupon::{CouponDefinition, CouponStatus};
 use coupon_shared::grant::Grant;
 use coupon_shared::ids::CouponId;
+use coupon_shared::issuance::IssuerService;
 use coupon_shared::metrics::RecordingMetrics;
+use coupon_shared::ports::{DurableFacts, IssueLedger};
 use coupon_shared::preheat::{create_coupon, CreateError, Created};
+use coupon_shared::reconcile::{CouponReport, ReconcileSettings, Reconciler};
 use coupon_shared::service::GrabService;
 use grab::{EdgeSettings, GrabApp};
 use lambda_http::Body;
 use redis::AsyncCommands;
 use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::sync::Mutex;
 
 /// The instant tests start at: 2027-01-15T08:00:00Z.
 pub const T0: i64 = 1_800_000_000_000;
@@ -56,6 +63,7 @@ pub struct Stack {
     pub ddb: aws_sdk_dynamodb::Client,
     pub redis_url: String,
     pub coupons_table: String,
+    pub user_coupons_table: String,
 }
 
 impl Stack {
@@ -77,6 +85,7 @@ impl Stack {
             ddb: aws_sdk_dynamodb::Client::new(&sdk),
             redis_url: env_or("REDIS_URL", "redis://127.0.0.1:6379"),
             coupons_table: env_or("COUPONS_TABLE", "coupons"),
+            user_coupons_table: env_or("USER_COUPONS_TABLE", "user-coupons"),
         }
     }
 
@@ -153,6 +162,16 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// Every fixture request comes from one source IP: tests with many users
+    /// turn the per-IP rule off (it has its own tests).
+    pub fn without_ip_limit() -> Self {
+        let mut opts = Self::default();
+        opts.risk.users_per_ip = 0;
+        opts
+    }
+}
+
 /// A grab function wired to the real services, with a hand-moved clock.
 pub struct Harness {
     pub app: Arc<GrabApp>,
@@ -161,6 +180,10 @@ pub struct Harness {
     pub metrics: Arc<RecordingMetrics>,
     pub queue_url: String,
     pub stack: Stack,
+    pub ledger: DynamoLedger,
+    /// The coupons this harness created: its reconciler visits only these,
+    /// so parallel tests never reconcile each other's coupons.
+    pub own: Arc<Mutex<HashSet<CouponId>>>,
 }
 
 /// A response, decoded.
@@ -219,6 +242,11 @@ impl Harness {
                 max_body_bytes: opts.max_body_bytes,
             },
         });
+        let ledger = DynamoLedger::new(
+            stack.ddb.clone(),
+            stack.coupons_table.clone(),
+            stack.user_coupons_table.clone(),
+        );
         Self {
             app,
             redis,
@@ -226,6 +254,8 @@ impl Harness {
             metrics,
             queue_url,
             stack,
+            ledger,
+            own: Arc::default(),
         }
     }
 
@@ -250,8 +280,8 @@ impl Harness {
     }
 
     pub async fn try_create(&self, def: &CouponDefinition) -> Result<Created, CreateError> {
-        let repo =
-            DynamoCouponRepository::new(self.stack.ddb.clone(), self.stack.coupons_table.clone());
+        let repo = DynamoCouponRepository::new(self.stack.ddb.clone(), self.stack.coupons_table.clone());
+        self.own.lock().unwrap().insert(def.coupon_id.clone());
         create_coupon(def, 10_000_000, &repo, &self.redis, &self.clock).await
     }
 
@@ -267,8 +297,7 @@ impl Harness {
 
     /// A grab as `user` (JWT claims), from `ip`.
     pub async fn grab(&self, coupon: &CouponId, user: &str, request_id: &str) -> Resp {
-        self.send(Event::grab(coupon.as_str(), user, request_id).build())
-            .await
+        self.send(Event::grab(coupon.as_str(), user, request_id).build()).await
     }
 
     /// Remaining stock over all shards.
@@ -277,10 +306,7 @@ impl Harness {
         let mut total = 0;
         for shard in 0..def.shards {
             let s: i64 = conn
-                .hget(
-                    self.redis.keys().shard(&def.coupon_id, shard).meta(),
-                    "stock",
-                )
+                .hget(self.redis.keys().shard(&def.coupon_id, shard).meta(), "stock")
                 .await
                 .unwrap();
             total += s;
@@ -319,10 +345,245 @@ impl Harness {
     }
 }
 
+impl Harness {
+    /// The issuer function as deployed, over `ledger`.
+    pub fn issuer_with(&self, ledger: Arc<dyn IssueLedger>) -> issuer::Issuer {
+        issuer::Issuer {
+            service: IssuerService::new(
+                ledger,
+                Arc::new(DynamoCouponRepository::new(
+                    self.stack.ddb.clone(),
+                    self.stack.coupons_table.clone(),
+                )),
+                self.metrics.clone(),
+            ),
+            clock: Arc::new(self.clock.clone()),
+            concurrency: 8,
+        }
+    }
+
+    /// The issuer function over the real DynamoDB ledger.
+    pub fn issuer(&self) -> issuer::Issuer {
+        self.issuer_with(Arc::new(self.ledger.clone()))
+    }
+
+    /// Receives up to 10 messages (visible now) from the harness queue.
+    pub async fn receive(&self) -> Vec<aws_sdk_sqs::types::Message> {
+        self.stack
+            .sqs
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(0)
+            .send()
+            .await
+            .expect("receive")
+            .messages
+            .unwrap_or_default()
+    }
+
+    /// What the SQS event source mapping does: messages in, one issuer
+    /// invocation, the failed ones left on the queue (made visible again
+    /// only after the test says so), the rest deleted. Returns the ids the
+    /// issuer reported failed.
+    pub async fn deliver(&self, issuer: &issuer::Issuer, messages: &[aws_sdk_sqs::types::Message]) -> Vec<String> {
+        let response = issuer::handle(
+            issuer,
+            lambda_runtime::LambdaEvent::new(sqs_event(messages), Default::default()),
+        )
+        .await
+        .expect("the batch is answered");
+        let failed: Vec<String> = response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.clone())
+            .collect();
+        for m in messages {
+            if !failed.iter().any(|id| Some(id.as_str()) == m.message_id()) {
+                self.stack
+                    .sqs
+                    .delete_message()
+                    .queue_url(&self.queue_url)
+                    .receipt_handle(m.receipt_handle().unwrap_or_default())
+                    .send()
+                    .await
+                    .expect("delete");
+            }
+        }
+        failed
+    }
+
+    /// Delivers everything on the queue to the issuer until it is empty.
+    /// Returns how many messages were delivered.
+    pub async fn pump(&self) -> usize {
+        let issuer = self.issuer();
+        let mut delivered = 0;
+        loop {
+            let messages = self.receive().await;
+            if messages.is_empty() {
+                return delivered;
+            }
+            delivered += messages.len();
+            let failed = self.deliver(&issuer, &messages).await;
+            assert!(failed.is_empty(), "issuer failures while pumping: {failed:?}");
+        }
+    }
+
+    /// The reconciler as deployed, re-driving to `queue_url`.
+    pub fn reconciler_to(&self, queue_url: &str) -> Reconciler {
+        Reconciler::new(
+            Arc::new(OwnCoupons {
+                inner: self.ledger.clone(),
+                own: self.own.clone(),
+            }),
+            Arc::new(self.redis.clone()),
+            Arc::new(self.redis.clone()),
+            Arc::new(SqsRedrive::new(self.stack.sqs.clone(), queue_url, None)),
+            Arc::new(self.clock.clone()),
+            self.metrics.clone(),
+            ReconcileSettings {
+                grace_ms: 30_000,
+                retention_ms: 7 * 24 * HOUR,
+            },
+        )
+    }
+
+    /// One reconciliation pass over this harness's coupons; the report of
+    /// `def`'s coupon.
+    pub async fn reconcile(&self, def: &CouponDefinition) -> CouponReport {
+        let report = self.reconciler_to(&self.queue_url).run().await.expect("reconcile");
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        coupon_shared::reconcile::find(&report, &def.coupon_id)
+            .expect("the coupon was visited")
+            .clone()
+    }
+
+    /// The user's coupons in DynamoDB, of this harness's coupons (user names
+    /// repeat across test runs; coupon ids never do).
+    pub async fn coupons_of(&self, user: &str) -> Vec<coupon_shared::issuance::UserCoupon> {
+        use coupon_shared::ports::WalletStore;
+        let own = self.own.lock().unwrap().clone();
+        self.ledger
+            .coupons(&coupon_shared::ids::UserId::parse(user).unwrap())
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|c| own.contains(&c.coupon_id))
+            .collect()
+    }
+
+    /// The wallet function as deployed.
+    pub fn wallet(&self) -> wallet::Wallet {
+        wallet::Wallet {
+            store: Arc::new(self.ledger.clone()),
+            outbox: Arc::new(self.redis.clone()),
+            edge: self.app.edge.clone(),
+        }
+    }
+
+    /// A GET through the wallet handler as `user`.
+    pub async fn wallet_get(&self, path: &str, user: &str) -> Resp {
+        let event = Event::grab("x", user, "r").method("GET").path(path).body("").build();
+        let req = lambda_http::request::from_str(&event.to_string()).expect("event");
+        let resp = wallet::handle(&self.wallet(), req).await.expect("infallible");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = match resp.body() {
+            Body::Text(t) => serde_json::from_str(t).expect("JSON body"),
+            other => panic!("unexpected body {other:?}"),
+        };
+        Resp { status, body, headers }
+    }
+
+    /// Deletes every Redis key of this harness: what a FLUSHALL does to it.
+    pub async fn flush_redis(&self) {
+        let mut conn = self.redis.connection();
+        let pattern = format!(
+            "{}*",
+            self.redis
+                .keys()
+                .shard(&CouponId::parse("x").unwrap(), 0)
+                .meta()
+                .split('{')
+                .next()
+                .unwrap()
+        );
+        let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut conn).await.unwrap();
+        for chunk in keys.chunks(200) {
+            let _: () = redis::cmd("DEL").arg(chunk).query_async(&mut conn).await.unwrap();
+        }
+    }
+}
+
+/// The durable facts of the real ledger, limited to one harness's coupons.
+struct OwnCoupons {
+    inner: DynamoLedger,
+    own: Arc<Mutex<HashSet<CouponId>>>,
+}
+
+#[async_trait::async_trait]
+impl DurableFacts for OwnCoupons {
+    async fn definitions(&self) -> Result<Vec<CouponDefinition>, coupon_shared::error::StoreError> {
+        let own = self.own.lock().unwrap().clone();
+        // Read through the real scan, then keep this test's coupons.
+        Ok(self
+            .inner
+            .definitions()
+            .await?
+            .into_iter()
+            .filter(|d| own.contains(&d.coupon_id))
+            .collect())
+    }
+    async fn issued(&self, c: &CouponId) -> Result<u64, coupon_shared::error::StoreError> {
+        self.inner.issued(c).await
+    }
+    async fn rejections(
+        &self,
+        c: &CouponId,
+    ) -> Result<Vec<coupon_shared::ports::RejectedGrant>, coupon_shared::error::StoreError> {
+        self.inner.rejections(c).await
+    }
+    async fn issued_grants(&self, g: &[Grant]) -> Result<HashSet<String>, coupon_shared::error::StoreError> {
+        self.inner.issued_grants(g).await
+    }
+    async fn holdings(
+        &self,
+        c: &CouponId,
+    ) -> Result<coupon_shared::issuance::Holdings, coupon_shared::error::StoreError> {
+        self.inner.holdings(c).await
+    }
+    async fn record_rebuild(&self, c: &CouponId, now: i64, n: u64) -> Result<(), coupon_shared::error::StoreError> {
+        self.inner.record_rebuild(c, now, n).await
+    }
+    async fn was_rebuilt(&self, c: &CouponId) -> Result<bool, coupon_shared::error::StoreError> {
+        self.inner.was_rebuilt(c).await
+    }
+}
+
+/// An SQS event as the event source mapping sends it.
+pub fn sqs_event(messages: &[aws_sdk_sqs::types::Message]) -> SqsEvent {
+    let records: Vec<Value> = messages
+        .iter()
+        .map(|m| {
+            json!({
+                "messageId": m.message_id(),
+                "receiptHandle": m.receipt_handle(),
+                "body": m.body(),
+                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1796040000000"},
+                "messageAttributes": {},
+                "md5OfBody": m.md5_of_body(),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:coupon-grants",
+                "awsRegion": "us-east-1"
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({ "Records": records })).expect("an SQS event")
+}
+
 /// Sends an event through a handler (for concurrent use with a shared app).
 pub async fn send(app: &GrabApp, event: Value) -> Resp {
-    let req =
-        lambda_http::request::from_str(&event.to_string()).expect("a valid API Gateway event");
+    let req = lambda_http::request::from_str(&event.to_string()).expect("a valid API Gateway event");
     let resp = grab::handle(app, req).await.expect("infallible");
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
@@ -330,15 +591,8 @@ pub async fn send(app: &GrabApp, event: Value) -> Resp {
         Body::Text(t) => serde_json::from_str(t).expect("JSON body"),
         other => panic!("unexpected body {other:?}"),
     };
-    assert!(
-        status < 500 || status == 503,
-        "no 5xx but BUSY: {status} {body}"
-    );
-    Resp {
-        status,
-        body,
-        headers,
-    }
+    assert!(status < 500 || status == 503, "no 5xx but BUSY: {status} {body}");
+    Resp { status, body, headers }
 }
 
 /// Builds API Gateway HTTP API events from the fixtures.

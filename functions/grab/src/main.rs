@@ -8,7 +8,7 @@ use coupon_shared::clock::SystemClock;
 use coupon_shared::config::GrabConfig;
 use coupon_shared::metrics::EmfMetrics;
 use coupon_shared::service::GrabService;
-use grab::{handle, EdgeSettings, GrabApp};
+use grab::{handle, GrabApp};
 use lambda_http::{run, service_fn, Error, Request};
 
 #[tokio::main]
@@ -17,9 +17,7 @@ async fn main() -> Result<(), Error> {
     let config = GrabConfig::from_env()?;
     tracing::info!(?config, "starting grab");
 
-    let redis = Arc::new(
-        RedisStore::connect(&config.redis, config.idempotency_ttl_secs, config.risk).await?,
-    );
+    let redis = Arc::new(RedisStore::connect(&config.redis, config.idempotency_ttl_secs, config.risk).await?);
     let sqs = aws_sdk_sqs_client(&config).await;
     let service = GrabService::new(
         redis.clone(),
@@ -31,12 +29,10 @@ async fn main() -> Result<(), Error> {
     );
     let app = GrabApp {
         service,
-        edge: EdgeSettings::from(&config),
+        edge: config.http.clone(),
     };
     if app.edge.trust_identity_headers {
-        tracing::warn!(
-            "TRUST_IDENTITY_HEADERS is on: callers choose their identity (local use only)"
-        );
+        tracing::warn!("TRUST_IDENTITY_HEADERS is on: callers choose their identity (local use only)");
     }
     let app = &app;
     run(service_fn(move |req: Request| handle(app, req))).await

@@ -56,13 +56,7 @@ mod tests {
 
     #[test]
     fn unknown_paths_are_not_found() {
-        for path in [
-            "/",
-            "/coupons",
-            "/coupons/c1",
-            "/coupons/c1/grab/x",
-            "/x/c1/grab",
-        ] {
+        for path in ["/", "/coupons", "/coupons/c1", "/coupons/c1/grab/x", "/x/c1/grab"] {
             assert_eq!(route(&Method::POST, path), Route::NotFound, "{path}");
         }
     }

@@ -20,9 +20,7 @@ pub async fn load(settings: AwsCallSettings) -> SdkConfig {
         .timeout_config(
             TimeoutConfig::builder()
                 .operation_timeout(Duration::from_millis(settings.operation_timeout_ms))
-                .connect_timeout(Duration::from_millis(
-                    settings.operation_timeout_ms.min(1_000),
-                ))
+                .connect_timeout(Duration::from_millis(settings.operation_timeout_ms.min(1_000)))
                 .build(),
         )
         .load()

@@ -1,22 +1,87 @@
-//! The DynamoDB adapter: durable coupon definitions.
+//! The DynamoDB adapter: durable coupon definitions, the capped counters, the
+//! users' coupons, rejections, and the facts the reconciler reads.
 //!
-//! Table `COUPONS_TABLE`, keys `pk` (S) and `sk` (S). A definition is the
-//! item `pk = COUPON#<id>`, `sk = DEF`; it holds the definition as JSON plus
-//! the attributes operators query on. Later items under the same `pk` (the
-//! capped counters, the audit log) keep a coupon's data in one partition.
+//! Two tables, both keyed `pk` (S) / `sk` (S):
+//!
+//! | table | `pk` | `sk` | what |
+//! | --- | --- | --- | --- |
+//! | coupons | `COUPON#<id>` | `DEF` | the definition (JSON) and fingerprint |
+//! | coupons | `COUPON#<id>` | `COUNTER#<k>` | capped counter `k`: `cap`, `issued` |
+//! | coupons | `COUPON#<id>` | `GRANT#<grantId>` | a rejected grant and why |
+//! | coupons | `COUPON#<id>` | `REBUILD#<ms>` | Redis was rebuilt from here |
+//! | user coupons | `USER#<user>` | `COUPON#<id>#<ordinal>` | a coupon in a wallet |
+//!
+//! A coupon's data shares one partition; a user's wallet is one query. The
+//! user-coupons index `by-coupon` (`coupon_id`, `pk`) lists a coupon's
+//! holders, for rebuilding per-user counts after Redis data loss.
+
+use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
 pub use aws_sdk_dynamodb::Client;
 
-use crate::coupon::CouponDefinition;
-use crate::error::StoreError;
-use crate::ids::CouponId;
-use crate::ports::CouponRepository;
+use crate::coupon::{fnv1a64, CouponDefinition};
+use crate::error::{BoxError, StoreError};
+use crate::grant::Grant;
+use crate::ids::{CouponId, UserId};
+use crate::issuance::{
+    CouponState, GrantRef, GrantStatus, Holdings, IssueError, IssueOutcome, RejectReason, UserCoupon,
+};
+use crate::ports::{CouponRepository, DurableFacts, IssueLedger, RejectedGrant, WalletStore};
 
-/// Coupon definitions in DynamoDB.
+type Item = HashMap<String, AttributeValue>;
+
+/// The partition key of everything about one coupon.
+pub fn coupon_pk(coupon: &CouponId) -> String {
+    format!("COUPON#{coupon}")
+}
+
+/// The partition key of a user's wallet.
+pub fn user_pk(user: &UserId) -> String {
+    format!("USER#{user}")
+}
+
+/// The sort key of a user's n-th claim of a coupon: the idempotency key of
+/// issuance (invariant 2).
+pub fn user_coupon_sk(coupon: &CouponId, ordinal: u32) -> String {
+    format!("COUPON#{coupon}#{ordinal:03}")
+}
+
+/// The user-coupons index by coupon.
+pub const BY_COUPON_INDEX: &str = "by-coupon";
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+fn get_s<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
+    item.get(name).and_then(|v| v.as_s().ok()).map(String::as_str)
+}
+
+fn get_n<T: std::str::FromStr>(item: &Item, name: &str) -> Option<T> {
+    item.get(name).and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok())
+}
+
+fn unavailable<E: std::error::Error + Send + Sync + 'static>(e: E) -> StoreError {
+    StoreError::Unavailable(Box::new(e))
+}
+
+fn malformed(what: &'static str, detail: impl Into<String>) -> StoreError {
+    StoreError::Protocol {
+        what,
+        detail: detail.into(),
+    }
+}
+
+/// Coupon definitions and their capped counters (operator tooling, issuer).
 #[derive(Debug, Clone)]
 pub struct DynamoCouponRepository {
     client: Client,
@@ -33,85 +98,506 @@ impl DynamoCouponRepository {
     }
 }
 
-/// The partition key of everything about one coupon.
-pub fn coupon_pk(coupon: &CouponId) -> String {
-    format!("COUPON#{coupon}")
-}
-
-fn unavailable<E: std::error::Error + Send + Sync + 'static>(e: E) -> StoreError {
-    StoreError::Unavailable(Box::new(e))
-}
-
 #[async_trait]
 impl CouponRepository for DynamoCouponRepository {
     async fn put_definition(&self, def: &CouponDefinition) -> Result<bool, StoreError> {
         let json = serde_json::to_string(def).map_err(unavailable)?;
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .item("pk", AttributeValue::S(coupon_pk(&def.coupon_id)))
-            .item("sk", AttributeValue::S("DEF".into()))
-            .item("definition", AttributeValue::S(json))
-            .item("fingerprint", AttributeValue::S(def.fingerprint()))
-            .item(
-                "total_stock",
-                AttributeValue::N(def.total_stock.to_string()),
-            )
-            .item("status", AttributeValue::S(def.status.as_str().into()))
-            .item(
-                "grab_end_ms",
-                AttributeValue::N(def.grab_end_ms.to_string()),
-            )
-            .condition_expression("attribute_not_exists(pk)")
-            .send()
-            .await;
-        match result {
+        let pk = coupon_pk(&def.coupon_id);
+        let put = |item: Item| -> Result<TransactWriteItem, StoreError> {
+            let put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(item))
+                .condition_expression("attribute_not_exists(pk)")
+                .build()
+                .map_err(unavailable)?;
+            Ok(TransactWriteItem::builder().put(put).build())
+        };
+        // The definition and its counters appear together or not at all.
+        let mut request = self.client.transact_write_items().transact_items(put(HashMap::from([
+            ("pk".to_owned(), s(pk.clone())),
+            ("sk".to_owned(), s("DEF")),
+            ("definition".to_owned(), s(json)),
+            ("fingerprint".to_owned(), s(def.fingerprint())),
+            ("total_stock".to_owned(), n(def.total_stock)),
+            ("status".to_owned(), s(def.status.as_str())),
+            ("grab_end_ms".to_owned(), n(def.grab_end_ms)),
+        ]))?);
+        for k in 0..def.counter_items() {
+            request = request.transact_items(put(HashMap::from([
+                ("pk".to_owned(), s(pk.clone())),
+                ("sk".to_owned(), s(format!("COUNTER#{k}"))),
+                ("cap".to_owned(), n(def.counter_cap(k))),
+                ("issued".to_owned(), n(0)),
+            ]))?);
+        }
+        match request.send().await {
             Ok(_) => Ok(true),
             Err(SdkError::ServiceError(e))
-                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+                if matches!(e.err(), TransactWriteItemsError::TransactionCanceledException(_)) =>
             {
                 match self.get_definition(&def.coupon_id).await? {
                     Some(existing) if existing.fingerprint() == def.fingerprint() => Ok(false),
-                    _ => Err(StoreError::Conflict(format!(
+                    Some(_) => Err(StoreError::Conflict(format!(
                         "coupon {} exists with a different definition",
                         def.coupon_id
                     ))),
+                    None => Err(StoreError::Unavailable("definition write cancelled".into())),
                 }
             }
             Err(e) => Err(unavailable(e)),
         }
     }
 
-    async fn get_definition(
-        &self,
-        coupon: &CouponId,
-    ) -> Result<Option<CouponDefinition>, StoreError> {
+    async fn get_definition(&self, coupon: &CouponId) -> Result<Option<CouponDefinition>, StoreError> {
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
-            .key("pk", AttributeValue::S(coupon_pk(coupon)))
-            .key("sk", AttributeValue::S("DEF".into()))
+            .key("pk", s(coupon_pk(coupon)))
+            .key("sk", s("DEF"))
             .consistent_read(true)
             .send()
             .await
             .map_err(unavailable)?;
-        let Some(item) = out.item else {
-            return Ok(None);
-        };
-        let json = item
-            .get("definition")
-            .and_then(|v| v.as_s().ok())
-            .ok_or_else(|| StoreError::Protocol {
-                what: "coupon definition",
-                detail: "item has no definition attribute".into(),
-            })?;
-        serde_json::from_str(json)
-            .map(Some)
-            .map_err(|e| StoreError::Protocol {
-                what: "coupon definition",
-                detail: e.to_string(),
+        out.item.as_ref().map(parse_definition).transpose()
+    }
+}
+
+fn parse_definition(item: &Item) -> Result<CouponDefinition, StoreError> {
+    let json = get_s(item, "definition").ok_or_else(|| malformed("coupon definition", "no definition attribute"))?;
+    serde_json::from_str(json).map_err(|e| malformed("coupon definition", e.to_string()))
+}
+
+/// The issuer's ledger, the wallet and the reconciler's facts.
+#[derive(Debug, Clone)]
+pub struct DynamoLedger {
+    client: Client,
+    coupons_table: String,
+    user_coupons_table: String,
+}
+
+impl DynamoLedger {
+    /// Both tables; `client` is built once and shared.
+    pub fn new(client: Client, coupons_table: impl Into<String>, user_coupons_table: impl Into<String>) -> Self {
+        Self {
+            client,
+            coupons_table: coupons_table.into(),
+            user_coupons_table: user_coupons_table.into(),
+        }
+    }
+
+    fn user_coupon_item(grant: &Grant, def: &CouponDefinition, now_ms: i64) -> Item {
+        // Kept 90 days past validity, then DynamoDB's TTL removes it.
+        let expires_at = def.valid_until_ms / 1000 + 90 * 86_400;
+        HashMap::from([
+            ("pk".to_owned(), s(user_pk(&grant.user_id))),
+            ("sk".to_owned(), s(user_coupon_sk(&grant.coupon_id, grant.ordinal))),
+            ("coupon_id".to_owned(), s(grant.coupon_id.as_str())),
+            ("user_id".to_owned(), s(grant.user_id.as_str())),
+            ("ordinal".to_owned(), n(grant.ordinal)),
+            ("grant_id".to_owned(), s(grant.grant_id.clone())),
+            ("status".to_owned(), s("UNUSED")),
+            ("name".to_owned(), s(def.name.clone())),
+            ("amount".to_owned(), n(def.amount)),
+            ("received_at_ms".to_owned(), n(now_ms)),
+            ("valid_from_ms".to_owned(), n(def.valid_from_ms)),
+            ("valid_until_ms".to_owned(), n(def.valid_until_ms)),
+            ("expires_at".to_owned(), n(expires_at)),
+        ])
+    }
+
+    /// The key (user, coupon, ordinal) is taken: by this grant (a repeated
+    /// delivery) or by another one.
+    async fn existing(&self, grant: &Grant, now_ms: i64) -> Result<IssueOutcome, IssueError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.user_coupons_table)
+            .key("pk", s(user_pk(&grant.user_id)))
+            .key("sk", s(user_coupon_sk(&grant.coupon_id, grant.ordinal)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| classify(Box::new(e), false))?;
+        match out.item.as_ref().and_then(|i| get_s(i, "grant_id")) {
+            Some(id) if id == grant.grant_id => Ok(IssueOutcome::Duplicate),
+            Some(_) => self.reject(grant, RejectReason::OrdinalTaken, now_ms).await,
+            None => Err(IssueError::Unavailable(
+                "user coupon vanished after a failed condition".into(),
+            )),
+        }
+    }
+
+    async fn reject(&self, grant: &Grant, reason: RejectReason, now_ms: i64) -> Result<IssueOutcome, IssueError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.coupons_table)
+            .item("pk", s(coupon_pk(&grant.coupon_id)))
+            .item("sk", s(format!("GRANT#{}", grant.grant_id)))
+            .item("status", s("REJECTED"))
+            .item("reason", s(reason.as_str()))
+            .item("user_id", s(grant.user_id.as_str()))
+            .item("ordinal", n(grant.ordinal))
+            .item("rejected_at_ms", n(now_ms))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(IssueOutcome::Rejected(reason)),
+            // Recorded by an earlier delivery.
+            Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
+                Ok(IssueOutcome::Rejected(reason))
+            }
+            Err(e) => {
+                let throttled = matches!(&e, SdkError::ServiceError(se) if is_throttle_code(se.err().code()));
+                Err(classify(Box::new(e), throttled))
+            }
+        }
+    }
+
+    async fn query_all(
+        &self,
+        table: &str,
+        index: Option<&str>,
+        key_condition: &str,
+        values: Item,
+    ) -> Result<Vec<Item>, StoreError> {
+        let mut items = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(table)
+                .set_index_name(index.map(str::to_owned))
+                .key_condition_expression(key_condition)
+                .set_expression_attribute_values(Some(values.clone()))
+                .set_consistent_read(index.is_none().then_some(true))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(unavailable)?;
+            items.extend(out.items.unwrap_or_default());
+            match out.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(items),
+            }
+        }
+    }
+
+    async fn coupon_items(&self, coupon: &CouponId, prefix: &str) -> Result<Vec<Item>, StoreError> {
+        self.query_all(
+            &self.coupons_table,
+            None,
+            "pk = :pk AND begins_with(sk, :prefix)",
+            HashMap::from([
+                (":pk".to_owned(), s(coupon_pk(coupon))),
+                (":prefix".to_owned(), s(prefix)),
+            ]),
+        )
+        .await
+    }
+}
+
+fn is_throttle_code(code: Option<&str>) -> bool {
+    matches!(
+        code,
+        Some(
+            "ThrottlingException"
+                | "ProvisionedThroughputExceededException"
+                | "RequestLimitExceeded"
+                | "TransactionInProgressException"
+                | "TransactionConflictException"
+        )
+    )
+}
+
+fn classify(e: BoxError, throttled: bool) -> IssueError {
+    if throttled {
+        IssueError::Throttled(e)
+    } else {
+        IssueError::Unavailable(e)
+    }
+}
+
+#[async_trait]
+impl IssueLedger for DynamoLedger {
+    async fn issue(&self, grant: &Grant, def: &CouponDefinition, now_ms: i64) -> Result<IssueOutcome, IssueError> {
+        let item = Self::user_coupon_item(grant, def, now_ms);
+        let items = def.counter_items();
+        // Spread grants over the counters; walk on when one is full.
+        let start = (fnv1a64(grant.grant_id.as_bytes()) % u64::from(items)) as u32;
+        for step in 0..items {
+            let counter = (start + step) % items;
+            let put = Put::builder()
+                .table_name(&self.user_coupons_table)
+                .set_item(Some(item.clone()))
+                .condition_expression("attribute_not_exists(pk)")
+                .build()
+                .map_err(|e| IssueError::Unavailable(Box::new(e)))?;
+            let take = Update::builder()
+                .table_name(&self.coupons_table)
+                .key("pk", s(coupon_pk(&grant.coupon_id)))
+                .key("sk", s(format!("COUNTER#{counter}")))
+                .update_expression("SET issued = issued + :one")
+                .condition_expression("issued < cap")
+                .expression_attribute_values(":one", n(1))
+                .build()
+                .map_err(|e| IssueError::Unavailable(Box::new(e)))?;
+            let result = self
+                .client
+                .transact_write_items()
+                .transact_items(TransactWriteItem::builder().put(put).build())
+                .transact_items(TransactWriteItem::builder().update(take).build())
+                .send()
+                .await;
+            let err = match result {
+                Ok(_) => return Ok(IssueOutcome::Issued),
+                Err(e) => e,
+            };
+            if let SdkError::ServiceError(se) = &err {
+                if let TransactWriteItemsError::TransactionCanceledException(ex) = se.err() {
+                    let reasons = ex.cancellation_reasons();
+                    let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+                    if code(0) == "ConditionalCheckFailed" {
+                        return self.existing(grant, now_ms).await;
+                    }
+                    if code(1) == "ConditionalCheckFailed" {
+                        continue; // this counter is full
+                    }
+                    let throttled = reasons.iter().any(|r| {
+                        matches!(
+                            r.code(),
+                            Some(
+                                "ThrottlingError"
+                                    | "ProvisionedThroughputExceeded"
+                                    | "TransactionConflict"
+                                    | "RequestLimitExceeded"
+                            )
+                        )
+                    });
+                    return Err(classify(Box::new(err), throttled));
+                }
+                let throttled = is_throttle_code(se.err().code());
+                return Err(classify(Box::new(err), throttled));
+            }
+            return Err(classify(Box::new(err), false));
+        }
+        self.reject(grant, RejectReason::CapReached, now_ms).await
+    }
+}
+
+fn parse_user_coupon(item: &Item) -> Option<UserCoupon> {
+    Some(UserCoupon {
+        coupon_id: CouponId::parse(get_s(item, "coupon_id")?).ok()?,
+        ordinal: get_n(item, "ordinal")?,
+        grant_id: get_s(item, "grant_id")?.to_owned(),
+        status: match get_s(item, "status")? {
+            "UNUSED" => CouponState::Unused,
+            _ => return None,
+        },
+        name: get_s(item, "name")?.to_owned(),
+        amount: get_n(item, "amount")?,
+        received_at_ms: get_n(item, "received_at_ms")?,
+        valid_from_ms: get_n(item, "valid_from_ms")?,
+        valid_until_ms: get_n(item, "valid_until_ms")?,
+    })
+}
+
+#[async_trait]
+impl WalletStore for DynamoLedger {
+    async fn coupons(&self, user: &UserId) -> Result<Vec<UserCoupon>, StoreError> {
+        let items = self
+            .query_all(
+                &self.user_coupons_table,
+                None,
+                "pk = :pk",
+                HashMap::from([(":pk".to_owned(), s(user_pk(user)))]),
+            )
+            .await?;
+        let mut coupons: Vec<UserCoupon> = items.iter().filter_map(parse_user_coupon).collect();
+        coupons.sort_by(|a, b| {
+            b.received_at_ms
+                .cmp(&a.received_at_ms)
+                .then(a.grant_id.cmp(&b.grant_id))
+        });
+        Ok(coupons)
+    }
+
+    async fn grant_status(&self, user: &UserId, grant: &GrantRef) -> Result<Option<GrantStatus>, StoreError> {
+        let held = self
+            .query_all(
+                &self.user_coupons_table,
+                None,
+                "pk = :pk AND begins_with(sk, :prefix)",
+                HashMap::from([
+                    (":pk".to_owned(), s(user_pk(user))),
+                    (":prefix".to_owned(), s(format!("COUPON#{}#", grant.coupon))),
+                ]),
+            )
+            .await?;
+        if held
+            .iter()
+            .any(|i| get_s(i, "grant_id") == Some(grant.grant_id.as_str()))
+        {
+            return Ok(Some(GrantStatus::Issued));
+        }
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.coupons_table)
+            .key("pk", s(coupon_pk(&grant.coupon)))
+            .key("sk", s(format!("GRANT#{}", grant.grant_id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(out
+            .item
+            .filter(|i| get_s(i, "user_id") == Some(user.as_str()))
+            .and_then(|i| get_s(&i, "reason").and_then(RejectReason::parse))
+            .map(GrantStatus::Rejected))
+    }
+}
+
+#[async_trait]
+impl DurableFacts for DynamoLedger {
+    async fn definitions(&self) -> Result<Vec<CouponDefinition>, StoreError> {
+        let mut defs = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .client
+                .scan()
+                .table_name(&self.coupons_table)
+                .filter_expression("sk = :def")
+                .expression_attribute_values(":def", s("DEF"))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(unavailable)?;
+            for item in out.items.unwrap_or_default() {
+                defs.push(parse_definition(&item)?);
+            }
+            match out.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(defs),
+            }
+        }
+    }
+
+    async fn issued(&self, coupon: &CouponId) -> Result<u64, StoreError> {
+        let counters = self.coupon_items(coupon, "COUNTER#").await?;
+        Ok(counters.iter().filter_map(|i| get_n::<u64>(i, "issued")).sum())
+    }
+
+    async fn rejections(&self, coupon: &CouponId) -> Result<Vec<RejectedGrant>, StoreError> {
+        let items = self.coupon_items(coupon, "GRANT#").await?;
+        Ok(items
+            .iter()
+            .filter_map(|i| {
+                Some(RejectedGrant {
+                    grant_id: get_s(i, "sk")?.strip_prefix("GRANT#")?.to_owned(),
+                    reason: RejectReason::parse(get_s(i, "reason")?)?,
+                })
             })
+            .collect())
+    }
+
+    async fn issued_grants(&self, grants: &[Grant]) -> Result<HashSet<String>, StoreError> {
+        let mut wanted: HashMap<(String, String), &str> = HashMap::new();
+        for g in grants {
+            wanted.insert(
+                (user_pk(&g.user_id), user_coupon_sk(&g.coupon_id, g.ordinal)),
+                g.grant_id.as_str(),
+            );
+        }
+        let keys: Vec<(String, String)> = wanted.keys().cloned().collect();
+        let mut found = HashSet::new();
+        for chunk in keys.chunks(100) {
+            let mut pending: Vec<Item> = chunk
+                .iter()
+                .map(|(pk, sk)| HashMap::from([("pk".to_owned(), s(pk.clone())), ("sk".to_owned(), s(sk.clone()))]))
+                .collect();
+            for _attempt in 0..8 {
+                if pending.is_empty() {
+                    break;
+                }
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut pending)))
+                    .projection_expression("pk, sk, grant_id")
+                    .consistent_read(true)
+                    .build()
+                    .map_err(unavailable)?;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.user_coupons_table, request)
+                    .send()
+                    .await
+                    .map_err(unavailable)?;
+                for item in out
+                    .responses
+                    .unwrap_or_default()
+                    .remove(&self.user_coupons_table)
+                    .unwrap_or_default()
+                {
+                    let key = (
+                        get_s(&item, "pk").unwrap_or("").to_owned(),
+                        get_s(&item, "sk").unwrap_or("").to_owned(),
+                    );
+                    if let (Some(expected), Some(actual)) = (wanted.get(&key), get_s(&item, "grant_id")) {
+                        if *expected == actual {
+                            found.insert(actual.to_owned());
+                        }
+                    }
+                }
+                pending = out
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.user_coupons_table))
+                    .map(|k| k.keys)
+                    .unwrap_or_default();
+            }
+            if !pending.is_empty() {
+                return Err(StoreError::Unavailable("batch reads stayed unprocessed".into()));
+            }
+        }
+        Ok(found)
+    }
+
+    async fn holdings(&self, coupon: &CouponId) -> Result<Holdings, StoreError> {
+        let items = self
+            .query_all(
+                &self.user_coupons_table,
+                Some(BY_COUPON_INDEX),
+                "coupon_id = :c",
+                HashMap::from([(":c".to_owned(), s(coupon.as_str()))]),
+            )
+            .await?;
+        let mut holdings = Holdings::new();
+        for item in &items {
+            if let Some(user) = get_s(item, "user_id").and_then(|u| UserId::parse(u).ok()) {
+                *holdings.entry(user).or_default() += 1;
+            }
+        }
+        Ok(holdings)
+    }
+
+    async fn record_rebuild(&self, coupon: &CouponId, now_ms: i64, restored: u64) -> Result<(), StoreError> {
+        self.client
+            .put_item()
+            .table_name(&self.coupons_table)
+            .item("pk", s(coupon_pk(coupon)))
+            .item("sk", s(format!("REBUILD#{now_ms:015}")))
+            .item("restored", n(restored))
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn was_rebuilt(&self, coupon: &CouponId) -> Result<bool, StoreError> {
+        Ok(!self.coupon_items(coupon, "REBUILD#").await?.is_empty())
     }
 }

@@ -9,5 +9,8 @@ pub mod sqs;
 #[cfg(feature = "dynamodb")]
 pub mod dynamodb;
 
-#[cfg(any(feature = "sqs", feature = "dynamodb"))]
+#[cfg(feature = "elasticache")]
+pub mod elasticache;
+
+#[cfg(any(feature = "sqs", feature = "dynamodb", feature = "elasticache"))]
 pub mod aws;

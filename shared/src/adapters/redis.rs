@@ -16,13 +16,16 @@ use redis::{AsyncCommands, Script};
 use crate::config::{RedisSettings, RiskLimits};
 use crate::coupon::CouponDefinition;
 use crate::error::StoreError;
+use crate::grant::Grant;
 use crate::grant::GrantRecord;
+use crate::ids::RequestId;
 use crate::ids::{ClientIp, CouponId, UserId};
+use crate::issuance::GrantRef;
 use crate::keys::KeySpace;
 use crate::outcome::{Rejection, RiskReason};
 use crate::ports::{
-    Claim, ClaimReply, Recorded, RiskDecision, RiskGuard, RiskHold, StockLedger, StockPreheater,
-    TakeReply,
+    Claim, ClaimReply, OutboxEntry, OutboxLookup, Recorded, RiskDecision, RiskGuard, RiskHold, StockLedger,
+    StockPreheater, StockRepair, TakeReply,
 };
 
 macro_rules! lua {
@@ -39,14 +42,12 @@ macro_rules! lua {
 static GRAB: LazyLock<Script> = lua!("grab.lua");
 static TAKE: LazyLock<Script> = lua!("take.lua");
 static SETTLE: LazyLock<Script> = lua!("settle.lua");
-static PREHEAT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/preheat.lua")));
-static RISK_USER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/risk_reserve_user.lua")));
-static RISK_IP: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/risk_reserve_ip.lua")));
-static RISK_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/risk_release.lua")));
+static PREHEAT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/preheat.lua")));
+static RISK_USER: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/risk_reserve_user.lua")));
+static RISK_IP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/risk_reserve_ip.lua")));
+static RESTORE_USERS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/restore_users.lua")));
+static BUMP_EPOCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/bump_epoch.lua")));
+static RISK_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/risk_release.lua")));
 
 /// Risk counters outlive their day by a day, then expire on their own.
 const RISK_TTL_MS: u64 = 2 * 86_400_000;
@@ -140,11 +141,7 @@ fn parse_recorded(what: &'static str, record: &str) -> Result<Recorded, StoreErr
     ))
 }
 
-fn number<T: std::str::FromStr>(
-    what: &'static str,
-    reply: &[String],
-    at: usize,
-) -> Result<T, StoreError> {
+fn number<T: std::str::FromStr>(what: &'static str, reply: &[String], at: usize) -> Result<T, StoreError> {
     reply
         .get(at)
         .and_then(|s| s.parse().ok())
@@ -171,6 +168,7 @@ impl StockLedger for RedisStore {
             .key(k.users())
             .key(k.request(claim.user, claim.request))
             .key(k.outbox())
+            .key(k.borrowing())
             .arg(claim.user.as_str())
             .arg(claim.level)
             .arg(claim.request.as_str())
@@ -208,12 +206,7 @@ impl StockLedger for RedisStore {
         })
     }
 
-    async fn take(
-        &self,
-        claim: &Claim<'_>,
-        donor: u32,
-        ordinal: u32,
-    ) -> Result<TakeReply, StoreError> {
+    async fn take(&self, claim: &Claim<'_>, donor: u32, ordinal: u32) -> Result<TakeReply, StoreError> {
         const WHAT: &str = "take.lua";
         let k = self.keys.shard(claim.coupon, donor);
         let mut conn = self.conn.clone();
@@ -252,6 +245,7 @@ impl StockLedger for RedisStore {
             .key(k.users())
             .key(k.request(claim.user, claim.request))
             .key(k.outbox())
+            .key(k.borrowing())
             .arg(claim.user.as_str())
             .arg(claim.request.as_str())
             .arg(claim.now_ms)
@@ -261,9 +255,7 @@ impl StockLedger for RedisStore {
             .await
             .map_err(unavailable)?;
         match reply.first().map(String::as_str) {
-            Some("DONE") => {
-                parse_recorded(WHAT, reply.get(1).map(String::as_str).unwrap_or("")).map(Some)
-            }
+            Some("DONE") => parse_recorded(WHAT, reply.get(1).map(String::as_str).unwrap_or("")).map(Some),
             Some("GONE") => Ok(None),
             other => Err(protocol(WHAT, format!("unknown reply {other:?}"))),
         }
@@ -276,20 +268,13 @@ impl StockLedger for RedisStore {
             .request(claim.user, claim.request);
         let mut conn = self.conn.clone();
         let record: Option<String> = conn.get(key).await.map_err(unavailable)?;
-        record
-            .map(|r| parse_recorded("GET request", &r))
-            .transpose()
+        record.map(|r| parse_recorded("GET request", &r)).transpose()
     }
 }
 
 #[async_trait]
 impl RiskGuard for RedisStore {
-    async fn reserve(
-        &self,
-        user: &UserId,
-        ip: Option<ClientIp>,
-        now_ms: i64,
-    ) -> Result<RiskDecision, StoreError> {
+    async fn reserve(&self, user: &UserId, ip: Option<ClientIp>, now_ms: i64) -> Result<RiskDecision, StoreError> {
         let day = self.risk.day(now_ms);
         let mut user_conn = self.conn.clone();
         let mut ip_conn = self.conn.clone();
@@ -391,40 +376,52 @@ impl RiskGuard for RedisStore {
     }
 }
 
+/// The meta hash of one shard as preheat and restore write it.
+fn meta_fields(def: &CouponDefinition, shard: u32, stock: u64, seq: u64, now_ms: i64) -> Vec<(&'static str, String)> {
+    vec![
+        ("coupon_id", def.coupon_id.to_string()),
+        ("shard", shard.to_string()),
+        ("shards", def.shards.to_string()),
+        ("status", def.status.as_str().to_owned()),
+        ("start_ms", def.grab_start_ms.to_string()),
+        ("end_ms", def.grab_end_ms.to_string()),
+        ("min_level", def.min_member_level.to_string()),
+        ("per_user_limit", def.per_user_limit.to_string()),
+        ("rate", def.shard_rate().to_string()),
+        ("burst", def.shard_burst().to_string()),
+        ("stock", stock.to_string()),
+        ("initial_stock", stock.to_string()),
+        ("seq", seq.to_string()),
+        ("epoch", "1".to_owned()),
+        ("preheated_at_ms", now_ms.to_string()),
+    ]
+}
+
+impl RedisStore {
+    /// Writes one shard's meta unless it exists (preheat.lua).
+    async fn write_meta(
+        &self,
+        def: &CouponDefinition,
+        shard: u32,
+        fields: &[(&str, String)],
+    ) -> Result<String, StoreError> {
+        let mut invocation = PREHEAT.key(self.keys.shard(&def.coupon_id, shard).meta());
+        invocation.arg(def.fingerprint());
+        for (k, v) in fields {
+            invocation.arg(*k).arg(v);
+        }
+        let mut conn = self.conn.clone();
+        invocation.invoke_async(&mut conn).await.map_err(unavailable)
+    }
+}
+
 #[async_trait]
 impl StockPreheater for RedisStore {
     async fn preheat(&self, def: &CouponDefinition, now_ms: i64) -> Result<bool, StoreError> {
-        let fingerprint = def.fingerprint();
         let mut created = false;
         for shard in 0..def.shards {
-            let fields: Vec<(&str, String)> = vec![
-                ("coupon_id", def.coupon_id.to_string()),
-                ("shard", shard.to_string()),
-                ("shards", def.shards.to_string()),
-                ("status", def.status.as_str().to_owned()),
-                ("start_ms", def.grab_start_ms.to_string()),
-                ("end_ms", def.grab_end_ms.to_string()),
-                ("min_level", def.min_member_level.to_string()),
-                ("per_user_limit", def.per_user_limit.to_string()),
-                ("rate", def.shard_rate().to_string()),
-                ("burst", def.shard_burst().to_string()),
-                ("stock", def.shard_stock(shard).to_string()),
-                ("initial_stock", def.shard_stock(shard).to_string()),
-                ("seq", "0".to_owned()),
-                ("epoch", "1".to_owned()),
-                ("preheated_at_ms", now_ms.to_string()),
-            ];
-            let mut invocation = PREHEAT.key(self.keys.shard(&def.coupon_id, shard).meta());
-            invocation.arg(&fingerprint);
-            for (k, v) in &fields {
-                invocation.arg(*k).arg(v);
-            }
-            let mut conn = self.conn.clone();
-            let reply: String = invocation
-                .invoke_async(&mut conn)
-                .await
-                .map_err(unavailable)?;
-            match reply.as_str() {
+            let fields = meta_fields(def, shard, def.shard_stock(shard), 0, now_ms);
+            match self.write_meta(def, shard, &fields).await?.as_str() {
                 "CREATED" => created = true,
                 "EXISTS" => {}
                 "CONFLICT" => {
@@ -437,5 +434,144 @@ impl StockPreheater for RedisStore {
             }
         }
         Ok(created)
+    }
+}
+
+fn outbox_entry(id: &redis::streams::StreamId) -> Option<OutboxEntry> {
+    let seq = id.id.split('-').next()?.parse().ok()?;
+    let field = |name: &str| id.get::<String>(name);
+    let grant = Grant {
+        grant_id: field("grant_id")?,
+        coupon_id: crate::ids::CouponId::parse(&field("coupon_id")?).ok()?,
+        user_id: UserId::parse(&field("user_id")?).ok()?,
+        ordinal: field("ordinal")?.parse().ok()?,
+        request_id: RequestId::parse(&field("request_id")?).ok()?,
+        shard: field("shard")?.parse().ok()?,
+        granted_at_ms: field("granted_at_ms")?.parse().ok()?,
+    };
+    Some(OutboxEntry { seq, grant })
+}
+
+/// Outbox pages are read this many entries at a time.
+const OUTBOX_PAGE: usize = 1_000;
+
+#[async_trait]
+impl StockRepair for RedisStore {
+    async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<i64>, StoreError> {
+        let mut conn = self.conn.clone();
+        conn.hget(self.keys.shard(coupon, shard).meta(), "stock")
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn outbox(&self, coupon: &CouponId, shard: u32) -> Result<Vec<OutboxEntry>, StoreError> {
+        let key = self.keys.shard(coupon, shard).outbox();
+        let mut conn = self.conn.clone();
+        let mut entries = Vec::new();
+        let mut start = "-".to_owned();
+        loop {
+            let page: redis::streams::StreamRangeReply = conn
+                .xrange_count(&key, &start, "+", OUTBOX_PAGE)
+                .await
+                .map_err(unavailable)?;
+            let n = page.ids.len();
+            for id in &page.ids {
+                match outbox_entry(id) {
+                    Some(entry) => entries.push(entry),
+                    None => tracing::error!(key = %key, id = %id.id, "malformed outbox entry left in place"),
+                }
+            }
+            match page.ids.last() {
+                Some(last) if n == OUTBOX_PAGE => start = format!("({}", last.id),
+                _ => break,
+            }
+        }
+        Ok(entries)
+    }
+
+    async fn trim(&self, coupon: &CouponId, shard: u32, seqs: &[u64]) -> Result<(), StoreError> {
+        let key = self.keys.shard(coupon, shard).outbox();
+        let mut conn = self.conn.clone();
+        for chunk in seqs.chunks(500) {
+            let ids: Vec<String> = chunk.iter().map(|s| format!("{s}-0")).collect();
+            conn.xdel::<_, _, ()>(&key, &ids).await.map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    async fn restore_shard(
+        &self,
+        def: &CouponDefinition,
+        shard: u32,
+        stock: u64,
+        seq_base: u64,
+        holders: &[(UserId, u32)],
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let k = self.keys.shard(&def.coupon_id, shard);
+        for chunk in holders.chunks(500) {
+            let mut invocation = RESTORE_USERS.key(k.meta());
+            invocation.key(k.users());
+            for (user, count) in chunk {
+                invocation.arg(user.as_str()).arg(*count);
+            }
+            let mut conn = self.conn.clone();
+            let reply: String = invocation.invoke_async(&mut conn).await.map_err(unavailable)?;
+            if reply == "EXISTS" {
+                return Ok(false);
+            }
+        }
+        let mut fields = meta_fields(def, shard, stock, seq_base, now_ms);
+        fields.push(("restored_at_ms", now_ms.to_string()));
+        match self.write_meta(def, shard, &fields).await?.as_str() {
+            "CREATED" => Ok(true),
+            "EXISTS" | "CONFLICT" => Ok(false),
+            other => Err(protocol("preheat.lua", format!("unknown reply {other:?}"))),
+        }
+    }
+
+    async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        BUMP_EPOCH
+            .key(self.keys.shard(coupon, shard).meta())
+            .invoke_async::<i64>(&mut conn)
+            .await
+            .map(|_| ())
+            .map_err(unavailable)
+    }
+
+    async fn stale_borrows(
+        &self,
+        coupon: &CouponId,
+        shard: u32,
+        before_ms: i64,
+    ) -> Result<Vec<(RequestId, UserId)>, StoreError> {
+        let mut conn = self.conn.clone();
+        let members: Vec<String> = conn
+            .zrangebyscore_limit(self.keys.shard(coupon, shard).borrowing(), "-inf", before_ms, 0, 1_000)
+            .await
+            .map_err(unavailable)?;
+        Ok(members
+            .iter()
+            .filter_map(|m| {
+                let (request, user) = m.split_once(':')?;
+                Some((RequestId::parse(request).ok()?, UserId::parse(user).ok()?))
+            })
+            .collect())
+    }
+}
+
+#[async_trait]
+impl OutboxLookup for RedisStore {
+    async fn is_pending(&self, user: &UserId, grant: &GrantRef) -> Result<bool, StoreError> {
+        let key = self.keys.shard(&grant.coupon, grant.shard).outbox();
+        let id = format!("{}-0", grant.seq);
+        let mut conn = self.conn.clone();
+        let page: redis::streams::StreamRangeReply = conn.xrange(&key, &id, &id).await.map_err(unavailable)?;
+        Ok(page
+            .ids
+            .first()
+            .and_then(outbox_entry)
+            .is_some_and(|e| &e.grant.user_id == user && e.grant.grant_id == grant.grant_id))
     }
 }

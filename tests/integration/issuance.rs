@@ -1,0 +1,146 @@
+//! The issuer: grants become exactly one coupon each, whatever SQS does.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use coupon_shared::adapters::dynamodb::DynamoLedger;
+use coupon_shared::coupon::CouponDefinition;
+use coupon_shared::grant::Grant;
+use coupon_shared::issuance::{IssueError, IssueOutcome};
+use coupon_shared::ports::{DurableFacts, IssueLedger};
+
+use aws_sdk_sqs::types::Message;
+
+use crate::support::Harness;
+
+/// `m` as SQS would deliver it again, under another message id.
+fn redelivered(m: &Message, message_id: &str, body: Option<&str>) -> Message {
+    Message::builder()
+        .message_id(message_id)
+        .set_receipt_handle(m.receipt_handle().map(str::to_owned))
+        .body(body.or(m.body()).unwrap_or_default())
+        .build()
+}
+
+/// The real ledger, except that writes for one grant are throttled, as
+/// DynamoDB does under a hot partition.
+struct ThrottleOne {
+    inner: DynamoLedger,
+    grant_id: String,
+}
+
+#[async_trait]
+impl IssueLedger for ThrottleOne {
+    async fn issue(&self, grant: &Grant, def: &CouponDefinition, now: i64) -> Result<IssueOutcome, IssueError> {
+        if grant.grant_id == self.grant_id {
+            return Err(IssueError::Throttled("ProvisionedThroughputExceededException".into()));
+        }
+        self.inner.issue(grant, def, now).await
+    }
+}
+
+#[tokio::test]
+async fn a_grant_delivered_three_times_makes_one_coupon() {
+    let h = Harness::new().await;
+    let def = h.coupon(10);
+    let coupon = h.create(&def).await;
+    assert_eq!(h.grab(&coupon, "dup-user", "r1").await.code(), "SUCCESS");
+    let messages = h.receive().await;
+    assert_eq!(messages.len(), 1);
+    // The same message three times in one batch (distinct message ids, as
+    // SQS gives a duplicate), then once more in a later batch.
+    let mut copies = Vec::new();
+    for i in 0..3 {
+        copies.push(redelivered(&messages[0], &format!("copy-{i}"), None));
+    }
+    let issuer = h.issuer();
+    assert!(h.deliver(&issuer, &copies).await.is_empty());
+    assert!(h.deliver(&issuer, &messages).await.is_empty());
+    let coupons = h.coupons_of("dup-user").await;
+    assert_eq!(coupons.len(), 1);
+    assert_eq!(coupons[0].coupon_id, coupon);
+    assert_eq!(h.ledger.issued(&coupon).await.unwrap(), 1, "the counter moved once");
+    assert_eq!(h.metrics.total("CouponIssued"), 1);
+    assert_eq!(h.metrics.total("DuplicateDelivery"), 3);
+}
+
+#[tokio::test]
+async fn a_batch_with_a_poison_message_and_a_throttled_write_fails_exactly_those_two() {
+    let h = Harness::new().await;
+    let def = h.coupon(10);
+    let coupon = h.create(&def).await;
+    for user in ["ok-user", "throttled-user"] {
+        assert_eq!(h.grab(&coupon, user, "r").await.code(), "SUCCESS");
+    }
+    let mut messages = h.receive().await;
+    assert_eq!(messages.len(), 2);
+    let throttled: Grant = messages
+        .iter()
+        .map(|m| serde_json::from_str::<Grant>(m.body().unwrap()).unwrap())
+        .find(|g| g.user_id.as_str() == "throttled-user")
+        .unwrap();
+    let throttled_message = messages
+        .iter()
+        .find(|m| m.body().unwrap().contains("throttled-user"))
+        .unwrap()
+        .message_id()
+        .unwrap()
+        .to_owned();
+    let poison = redelivered(&messages[0], "poison-1", Some("{\"not\":\"a grant\"}"));
+    messages.push(poison);
+    let issuer = h.issuer_with(Arc::new(ThrottleOne {
+        inner: h.ledger.clone(),
+        grant_id: throttled.grant_id.clone(),
+    }));
+    let mut failed = h.deliver(&issuer, &messages).await;
+    failed.sort();
+    let mut expected = vec!["poison-1".to_owned(), throttled_message];
+    expected.sort();
+    assert_eq!(failed, expected);
+    assert_eq!(h.coupons_of("ok-user").await.len(), 1);
+    assert!(h.coupons_of("throttled-user").await.is_empty());
+}
+
+#[tokio::test]
+async fn a_batch_with_a_record_without_message_id_fails_as_a_whole() {
+    let h = Harness::new().await;
+    let def = h.coupon(10);
+    let coupon = h.create(&def).await;
+    assert_eq!(h.grab(&coupon, "u", "r").await.code(), "SUCCESS");
+    let messages = h.receive().await;
+    let mut event = crate::support::sqs_event(&messages);
+    event.records[0].message_id = None;
+    let result = issuer::handle(&h.issuer(), lambda_runtime::LambdaEvent::new(event, Default::default())).await;
+    assert!(result.is_err());
+    assert!(
+        h.coupons_of("u").await.is_empty(),
+        "nothing issued from an unanswerable batch"
+    );
+}
+
+#[tokio::test]
+async fn grants_beyond_the_durable_cap_are_rejected_and_counted_never_issued() {
+    let h = Harness::new().await;
+    let def = h.coupon(2);
+    let coupon = h.create(&def).await;
+    let issuer = h.issuer();
+    // Grants Redis should never have made (as after a data loss): four
+    // grants for a coupon of two.
+    for i in 0..4 {
+        let grant = Grant {
+            grant_id: format!("{coupon}-0-{}", 100 + i),
+            coupon_id: coupon.clone(),
+            user_id: coupon_shared::ids::UserId::parse(&format!("cap-{i}")).unwrap(),
+            ordinal: 1,
+            request_id: coupon_shared::ids::RequestId::parse("r").unwrap(),
+            shard: 0,
+            granted_at_ms: 0,
+        };
+        issuer.service.issue(&grant, 0).await.unwrap();
+    }
+    assert_eq!(h.ledger.issued(&coupon).await.unwrap(), 2);
+    let rejected = h.ledger.rejections(&coupon).await.unwrap();
+    assert_eq!(rejected.len(), 2);
+    assert!(rejected.iter().all(|r| r.reason.as_str() == "CAP_REACHED"));
+    assert_eq!(h.metrics.total("GrantRejected"), 2);
+}

@@ -1,0 +1,258 @@
+//! The reconciler: nothing lost (invariant 4), no oversell even after Redis
+//! loses its data (invariant 1), safe to run twice at once.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use coupon_shared::clock::Clock;
+use coupon_shared::ids::{RequestId, UserId};
+use coupon_shared::ports::{Claim, ClaimReply, DurableFacts, StockLedger};
+use coupon_shared::service::home_shard;
+use futures::stream::{self, StreamExt};
+
+use crate::support::{send, Event, Harness, Options};
+
+const UNREACHABLE_QUEUE: &str = "http://127.0.0.1:9/000000000000/unreachable";
+
+fn sqs_down() -> Options {
+    Options {
+        queue_url: Some(UNREACHABLE_QUEUE.into()),
+        ..Options::without_ip_limit()
+    }
+}
+
+#[tokio::test]
+async fn winners_whose_sqs_send_failed_each_get_exactly_one_coupon_after_a_reconcile() {
+    let h = Harness::with(sqs_down()).await;
+    let def = h.coupon(20);
+    let coupon = h.create(&def).await;
+    let mut winners = Vec::new();
+    for i in 0..15 {
+        let user = format!("w{i}");
+        let resp = h.grab(&coupon, &user, "r").await;
+        assert_eq!(resp.body["data"]["queued"], false);
+        winners.push(user);
+    }
+    // SQS is back: the reconciler re-drives to the real queue, but only
+    // grants older than the grace period.
+    let queue = h.stack.new_queue().await;
+    let report = h.reconciler_to(&queue).run().await.unwrap();
+    assert_eq!(coupon_shared::reconcile::find(&report, &coupon).unwrap().redriven, 0);
+    h.clock.advance(30_000);
+    let report = h.reconciler_to(&queue).run().await.unwrap();
+    let figures = coupon_shared::reconcile::find(&report, &coupon).unwrap();
+    assert_eq!((figures.pending, figures.redriven), (15, 15));
+    let h2 = Harness {
+        queue_url: queue.clone(),
+        ..h
+    };
+    assert_eq!(h2.pump().await, 15);
+    for user in &winners {
+        assert_eq!(h2.coupons_of(user).await.len(), 1, "{user}");
+    }
+    // The next pass confirms and trims: nothing pending, the books balance.
+    let after = h2.reconcile(&def).await;
+    assert_eq!(
+        (after.pending, after.trimmed, after.issued, after.drift),
+        (0, 15, 15, 0)
+    );
+    assert_eq!(h2.outbox_len(&def).await, 0);
+}
+
+#[tokio::test]
+async fn a_grant_whose_lambda_died_after_the_lua_call_is_re_driven() {
+    let h = Harness::new().await;
+    let def = h.coupon(5);
+    let coupon = h.create(&def).await;
+    // The script ran (stock, outbox, outcome) and then the process died:
+    // no SQS send ever happened.
+    let user = UserId::parse("crashed").unwrap();
+    let request = RequestId::parse("r1").unwrap();
+    let claim = Claim {
+        coupon: &coupon,
+        home_shard: 0,
+        user: &user,
+        level: 0,
+        request: &request,
+        now_ms: h.clock.now_ms(),
+    };
+    assert!(matches!(h.redis.claim(&claim).await.unwrap(), ClaimReply::Won(_)));
+    assert_eq!(h.receive().await.len(), 0);
+    h.clock.advance(31_000);
+    let figures = h.reconcile(&def).await;
+    assert_eq!(figures.redriven, 1);
+    assert_eq!(h.pump().await, 1);
+    assert_eq!(h.coupons_of("crashed").await.len(), 1);
+    assert_eq!(h.reconcile(&def).await.drift, 0);
+}
+
+#[tokio::test]
+async fn two_reconcilers_at_once_leave_one_coupon_per_winner() {
+    let h = Harness::with(sqs_down()).await;
+    let def = h.coupon(10);
+    let coupon = h.create(&def).await;
+    for i in 0..8 {
+        assert_eq!(h.grab(&coupon, &format!("t{i}"), "r").await.code(), "SUCCESS");
+    }
+    h.clock.advance(60_000);
+    let queue = h.stack.new_queue().await;
+    let (a, b) = (h.reconciler_to(&queue), h.reconciler_to(&queue));
+    let (ra, rb) = tokio::join!(a.run(), b.run());
+    let redriven: u64 = [ra.unwrap(), rb.unwrap()]
+        .iter()
+        .map(|r| coupon_shared::reconcile::find(r, &coupon).unwrap().redriven)
+        .sum();
+    assert!(redriven >= 8, "each pending grant re-driven at least once");
+    let h2 = Harness { queue_url: queue, ..h };
+    h2.pump().await;
+    for i in 0..8 {
+        assert_eq!(h2.coupons_of(&format!("t{i}")).await.len(), 1);
+    }
+    assert_eq!(h2.ledger.issued(&coupon).await.unwrap(), 8, "duplicates absorbed");
+    assert_eq!(h2.reconcile(&def).await.drift, 0);
+}
+
+#[tokio::test]
+async fn a_borrow_whose_caller_died_is_finished_by_the_reconciler() {
+    let h = Harness::new().await;
+    let mut def = h.coupon(4);
+    def.shards = 2;
+    let coupon = h.create(&def).await;
+    // Empty the user's home shard with other users of that shard.
+    let user_name = "orphan-borrower";
+    let user = UserId::parse(user_name).unwrap();
+    let home = home_shard(&user, 2);
+    let mut emptied = 0;
+    let mut i = 0;
+    while emptied < 2 {
+        let other = format!("filler-{i}");
+        i += 1;
+        if home_shard(&UserId::parse(&other).unwrap(), 2) == home {
+            assert_eq!(h.grab(&coupon, &other, "r").await.code(), "SUCCESS");
+            emptied += 1;
+        }
+    }
+    // The grab reserves a borrow on the empty home shard, then dies.
+    h.pump().await; // the fillers' coupons are issued
+    let request = RequestId::parse("r1").unwrap();
+    let claim = Claim {
+        coupon: &coupon,
+        home_shard: home,
+        user: &user,
+        level: 0,
+        request: &request,
+        now_ms: h.clock.now_ms(),
+    };
+    assert!(matches!(
+        h.redis.claim(&claim).await.unwrap(),
+        ClaimReply::Borrow { ordinal: 1 }
+    ));
+    h.clock.advance(31_000);
+    let figures = h.reconcile(&def).await;
+    assert_eq!((figures.borrows_finished, figures.redriven), (1, 1));
+    assert_eq!(h.pump().await, 1);
+    assert_eq!(
+        h.coupons_of(user_name).await.len(),
+        1,
+        "the borrow completed from the other shard"
+    );
+    // The caller's retry now sees its win.
+    let retry = h.grab(&coupon, user_name, "r1").await;
+    assert_eq!(
+        (retry.code(), retry.body["data"]["replayed"].as_bool()),
+        ("SUCCESS", Some(true))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sale_survives_redis_losing_everything_mid_sale_without_oversell() {
+    let h = Harness::with(Options::without_ip_limit()).await;
+    let mut def = h.coupon(40);
+    def.shards = 2;
+    let coupon = h.create(&def).await;
+    let app = Arc::clone(&h.app);
+    let grab_all = |users: Vec<String>, round: &'static str| {
+        let app = Arc::clone(&app);
+        let coupon = coupon.clone();
+        async move {
+            stream::iter(users)
+                .map(|u| {
+                    let app = Arc::clone(&app);
+                    let event = Event::grab(coupon.as_str(), &u, round).build();
+                    tokio::spawn(async move { send(&app, event).await })
+                })
+                .buffer_unordered(16)
+                .map(|r| r.unwrap().code().to_owned())
+                .collect::<Vec<_>>()
+                .await
+        }
+    };
+    let first: Vec<String> = (0..20).map(|i| format!("early-{i}")).collect();
+    let codes = grab_all(first.clone(), "a").await;
+    assert_eq!(codes.iter().filter(|c| *c == "SUCCESS").count(), 20);
+    // Half the grants reach DynamoDB; the other half are still in SQS.
+    let batch = h.receive().await;
+    assert!(h.deliver(&h.issuer(), &batch).await.is_empty());
+    let issued_before = h.ledger.issued(&coupon).await.unwrap();
+    assert!(issued_before > 0 && issued_before < 20);
+
+    h.flush_redis().await;
+    let lost = h.grab(&coupon, "late-0", "a").await;
+    assert_eq!(lost.code(), "COUPON_NOT_FOUND", "grabs stop until the rebuild");
+
+    let rebuild = h.reconcile(&def).await;
+    assert_eq!(rebuild.shards_rebuilt, 2);
+    assert_eq!(rebuild.restored, 40 - issued_before);
+
+    // The sale goes on: newcomers, and the early users trying again.
+    let mut rest: Vec<String> = (0..40).map(|i| format!("late-{i}")).collect();
+    rest.extend(first.iter().cloned());
+    grab_all(rest, "b").await;
+    h.pump().await;
+
+    let issued = h.ledger.issued(&coupon).await.unwrap();
+    assert!(issued <= 40, "issued {issued} of 40");
+    assert_eq!(issued, 40, "every unit issued in the end");
+    let mut holders = HashSet::new();
+    for user in (0..40).map(|i| format!("late-{i}")).chain(first.iter().cloned()) {
+        let n = h.coupons_of(&user).await.len();
+        assert!(n <= 1, "{user} holds {n}");
+        if n == 1 {
+            holders.insert(user);
+        }
+    }
+    assert_eq!(holders.len(), 40);
+    let after = h.reconcile(&def).await;
+    assert_eq!(after.drift, 0, "{after:?}");
+    assert_eq!(after.pending, 0);
+    assert_eq!(after.remaining, 0);
+}
+
+#[tokio::test]
+async fn two_reconcilers_rebuilding_at_once_restore_the_stock_once() {
+    let h = Harness::new().await;
+    let mut def = h.coupon(30);
+    def.shards = 3;
+    let coupon = h.create(&def).await;
+    for i in 0..6 {
+        assert_eq!(h.grab(&coupon, &format!("pre-{i}"), "r").await.code(), "SUCCESS");
+    }
+    h.pump().await;
+    h.flush_redis().await;
+    let (a, b) = (h.reconciler_to(&h.queue_url), h.reconciler_to(&h.queue_url));
+    let (ra, rb) = tokio::join!(a.run(), b.run());
+    let restored: u64 = [ra.unwrap(), rb.unwrap()]
+        .iter()
+        .map(|r| coupon_shared::reconcile::find(r, &coupon).unwrap().restored)
+        .sum();
+    assert_eq!(restored, 24);
+    assert_eq!(h.stock(&def).await, 24);
+    // And the six holders cannot grab a second coupon.
+    for i in 0..6 {
+        assert_eq!(
+            h.grab(&coupon, &format!("pre-{i}"), "again").await.code(),
+            "ALREADY_CLAIMED"
+        );
+    }
+    assert!(h.ledger.was_rebuilt(&coupon).await.unwrap());
+}
