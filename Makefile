@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := . infra/env.sh &&
 
-.PHONY: help setup stack up down test test-rust test-infra lint fmt coupon
+.PHONY: help setup stack build up demo pump down test test-rust test-infra lint fmt coupon
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -15,13 +15,24 @@ setup: ## Install redis-server and the Python tools (.venv) if missing
 stack: setup ## Start redis-server and moto server, provision queues and tables
 	@bash infra/start.sh
 
-coupon: stack ## Create (preheat) the demo coupon from infra/demo-coupon.json
-	@$(ENV) cargo run -q -p couponctl -- create infra/demo-coupon.json
+coupon: stack build ## Create (preheat) the demo coupon from infra/demo-coupon.json
+	@$(ENV) target/debug/couponctl create infra/demo-coupon.json
+
+build: ## Build the functions and couponctl (debug)
+	@cargo build -q -p grab -p issuer -p reconciler -p wallet -p couponctl
+
+demo: setup build ## The main job: a whole flash sale locally, with a report
+	@bash infra/stop.sh >/dev/null; bash infra/start.sh >/dev/null
+	@$(ENV) python infra/demo.py
 
 up: coupon ## Stack + demo coupon, then serve the functions on 127.0.0.1:9000
 	@echo "grab: curl -X POST http://127.0.0.1:9000/lambda-url/grab/coupons/demo/grab \\"
 	@echo "        -H 'content-type: application/json' -H 'X-User-Id: alice' -d '{\"requestId\":\"press-1\"}'"
+	@echo "issuance: in another terminal, make pump"
 	@bash infra/serve.sh
+
+pump: ## Local SQS event source mapping + reconciler schedule (with make up)
+	@$(ENV) python infra/pump.py
 
 down: ## Stop what `make stack` started
 	@bash infra/stop.sh

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Serves the functions locally with `cargo lambda watch` (rebuilds on change):
-# HTTP on 127.0.0.1:${LAMBDA_PORT:-9000}, e.g.
-#   POST http://127.0.0.1:9000/lambda-url/grab/coupons/{couponId}/grab
+# Serves the functions locally with `cargo lambda watch` (rebuilds on change)
+# on 127.0.0.1:${LAMBDA_PORT:-9000}:
+#   POST /lambda-url/grab/coupons/{couponId}/grab      the grab (function URL)
+#   GET  /lambda-url/wallet/me/coupons                  the wallet
+#   POST /2015-03-31/functions/{name}/invocations       invoke API (issuer,
+#                                                       reconciler), as the
+#                                                       event pump does
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/infra/env.sh"
@@ -9,9 +13,13 @@ cd "$root"
 exec cargo lambda watch \
   --invoke-address 127.0.0.1 \
   --invoke-port "${LAMBDA_PORT:-9000}" \
-  --env-file "$root/infra/grab.env" \
+  --concurrency "${LAMBDA_CONCURRENCY:-4}" \
+  --env-file "$root/infra/local.env" \
   --env-var "REDIS_URL=$REDIS_URL" \
   --env-var "GRANT_QUEUE_URL=$GRANT_QUEUE_URL" \
+  --env-var "GRANT_DLQ_URL=$GRANT_DLQ_URL" \
+  --env-var "COUPONS_TABLE=$COUPONS_TABLE" \
+  --env-var "USER_COUPONS_TABLE=$USER_COUPONS_TABLE" \
   --env-var "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL" \
   --env-var "AWS_REGION=$AWS_REGION" \
   --env-var "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID" \

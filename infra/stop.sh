@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# Stops what infra/start.sh started (and nothing else).
+# Stops what infra/start.sh started (and nothing else), and waits until the
+# ports are free, so a start right after it starts fresh services.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/infra/env.sh"
 state="$root/.local"
-for svc in redis moto; do
-  if [ -f "$state/$svc.pid" ]; then
-    kill "$(cat "$state/$svc.pid")" 2>/dev/null && echo "stopped $svc"
-    rm -f "$state/$svc.pid"
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+for svc in redis:$REDIS_PORT moto:$AWS_PORT; do
+  name=${svc%%:*} port=${svc##*:}
+  [ -f "$state/$name.pid" ] || continue
+  pid=$(cat "$state/$name.pid")
+  if kill "$pid" 2>/dev/null; then
+    for _ in $(seq 1 50); do
+      kill -0 "$pid" 2>/dev/null || listening "$port" || break
+      sleep 0.1
+    done
+    echo "stopped $name"
   fi
+  rm -f "$state/$name.pid"
 done
 rm -f "$state/stack.env"

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""The main job: a whole flash sale, locally, end to end.
+
+1. Serves the functions with `cargo lambda watch` (unless already served).
+2. Creates a coupon (`couponctl`), open from now.
+3. Thousands of simulated users press "grab" through HTTP, concurrently, with
+   the retries real apps make (same request id) and some second presses.
+4. Issues grants through the local event pump (infra/pump.py) while the
+   sale runs, drains what is left, and runs the reconciler.
+5. Checks the outcome against DynamoDB itself and writes the report to
+   target/demo/report.json: requests, winners, issued, stock, oversell,
+   duplicates, lost, latency percentiles, throughput.
+
+Exits non-zero if anything was oversold, duplicated or lost.
+"""
+import argparse
+import collections
+import concurrent.futures
+import http.client
+import json
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import boto3
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import pump as pumpmod  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+HOST, PORT = "127.0.0.1", int(os.environ.get("LAMBDA_PORT", "9000"))
+
+
+def listening():
+    try:
+        c = http.client.HTTPConnection(HOST, PORT, timeout=2)
+        c.request("GET", "/lambda-url/grab/health")
+        c.getresponse().read()
+        return True
+    except OSError:
+        return False
+
+
+def serve():
+    """Starts infra/serve.sh unless something answers; returns the process or None."""
+    if listening():
+        return None
+    log = open(ROOT / ".local" / "watch.log", "w")
+    proc = subprocess.Popen(
+        ["bash", str(ROOT / "infra" / "serve.sh")], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    for _ in range(600):
+        if listening():
+            return proc
+        if proc.poll() is not None:
+            sys.exit(f"cargo lambda watch exited; see {log.name}")
+        time.sleep(0.5)
+    sys.exit("cargo lambda watch did not start in 5 minutes")
+
+
+def create_coupon(args):
+    now = int(time.time() * 1000)
+    coupon_id = f"sale-{now}"
+    definition = {
+        "couponId": coupon_id,
+        "name": "Flash sale: 20 off orders over 199",
+        "amount": 2000,
+        "totalStock": args.stock,
+        "perUserLimit": 1,
+        "grabStartMs": now - 1000,
+        "grabEndMs": now + 3_600_000,
+        "validFromMs": now,
+        "validUntilMs": now + 7 * 86_400_000,
+        "shards": args.shards,
+        "ratePerSec": 0,
+    }
+    path = ROOT / ".local" / "demo-coupon.json"
+    path.write_text(json.dumps(definition))
+    subprocess.run([str(ROOT / "target" / "debug" / "couponctl"), "create", str(path)], check=True)
+    return definition
+
+
+class Client(threading.local):
+    def conn(self):
+        if not hasattr(self, "c"):
+            self.c = http.client.HTTPConnection(HOST, PORT, timeout=30)
+        return self.c
+
+
+CLIENT = Client()
+
+
+def grab(coupon_id, user, request_id, ip):
+    body = json.dumps({"requestId": request_id})
+    headers = {"content-type": "application/json", "x-user-id": user, "x-forwarded-for": ip}
+    start = time.perf_counter()
+    for attempt in range(3):
+        try:
+            c = CLIENT.conn()
+            c.request("POST", f"/lambda-url/grab/coupons/{coupon_id}/grab", body=body, headers=headers)
+            r = c.getresponse()
+            payload = json.loads(r.read() or b"{}")
+            return user, request_id, r.status, payload, (time.perf_counter() - start) * 1000
+        except (OSError, http.client.HTTPException, json.JSONDecodeError):
+            CLIENT.c = http.client.HTTPConnection(HOST, PORT, timeout=30)
+    return user, request_id, 0, {"code": "TRANSPORT_ERROR"}, (time.perf_counter() - start) * 1000
+
+
+def presses(args):
+    """Every user presses once; some retry the same press (a timeout on a
+    bad network), some press again later (a new request id)."""
+    rng = random.Random(args.seed)
+    out = []
+    for i in range(args.users):
+        user, ip = f"demo-user-{i}", f"198.18.{i // 250}.{i % 250}"
+        out.append((user, f"{user}-press-1", ip))
+        if rng.random() < 0.15:
+            out.append((user, f"{user}-press-1", ip))
+        if rng.random() < 0.05:
+            out.append((user, f"{user}-press-2", ip))
+    rng.shuffle(out)
+    return out
+
+
+def progress(done, total, started, width=40):
+    filled = int(width * done / total)
+    rate = done / max(time.perf_counter() - started, 1e-9)
+    sys.stderr.write(f"\r  grabs [{'#' * filled}{'.' * (width - filled)}] {done}/{total}  {rate:,.0f}/s ")
+    sys.stderr.flush()
+
+
+def percentile(sorted_values, p):
+    if not sorted_values:
+        return 0.0
+    k = min(len(sorted_values) - 1, max(0, round(p / 100 * (len(sorted_values) - 1))))
+    return sorted_values[k]
+
+
+def ledger(coupon_id):
+    ddb = boto3.client(
+        "dynamodb", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name=os.environ.get("AWS_REGION", "us-east-1")
+    )
+    items, rejected = [], []
+    for page in ddb.get_paginator("query").paginate(
+        TableName=os.environ["USER_COUPONS_TABLE"],
+        IndexName="by-coupon",
+        KeyConditionExpression="coupon_id = :c",
+        ExpressionAttributeValues={":c": {"S": coupon_id}},
+    ):
+        items += page["Items"]
+    for page in ddb.get_paginator("query").paginate(
+        TableName=os.environ["COUPONS_TABLE"],
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :g)",
+        ExpressionAttributeValues={":pk": {"S": f"COUPON#{coupon_id}"}, ":g": {"S": "GRANT#"}},
+    ):
+        rejected += page["Items"]
+    return items, rejected
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Run a whole flash sale locally.")
+    parser.add_argument("--users", type=int, default=4000)
+    parser.add_argument("--stock", type=int, default=500)
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=20261130)
+    args = parser.parse_args()
+    (ROOT / ".local").mkdir(exist_ok=True)
+
+    print(f"flash sale: {args.users} users, {args.stock} coupons, {args.shards} shards")
+    t0 = time.perf_counter()
+    server = serve()
+    startup = time.perf_counter() - t0
+    try:
+        definition = create_coupon(args)
+        coupon_id = definition["couponId"]
+        work = presses(args)
+        print(f"  coupon {coupon_id}; {len(work)} presses from {args.users} users")
+
+        # Issuance runs during the sale, as the SQS event source mapping does.
+        pump = pumpmod.Pump()
+        stop = threading.Event()
+
+        def pump_while_selling():
+            while not stop.is_set():
+                if not pump.once():
+                    time.sleep(0.05)
+
+        pumping = threading.Thread(target=pump_while_selling, daemon=True)
+        pumping.start()
+
+        results = []
+        started = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
+            futures = [pool.submit(grab, coupon_id, u, r, ip) for u, r, ip in work]
+            for n, f in enumerate(concurrent.futures.as_completed(futures), 1):
+                results.append(f.result())
+                if n % 50 == 0 or n == len(futures):
+                    progress(n, len(futures), started)
+        elapsed = time.perf_counter() - started
+        sys.stderr.write("\n")
+
+        codes = collections.Counter(p.get("code") for _, _, _, p, _ in results)
+        winners = {}
+        for user, _, _, payload, _ in results:
+            if payload.get("code") == "SUCCESS":
+                winners.setdefault(payload["data"]["grantId"], user)
+        print(f"  answers: {dict(codes)}")
+
+        print("  draining the rest of issuance through the event pump ...")
+        t1 = time.perf_counter()
+        stop.set()
+        pumping.join()
+        pump.drain()
+        drain = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        reconcile = pumpmod.invoke("reconciler", {})
+        reconcile_seconds = time.perf_counter() - t2
+        figures = next((c for c in reconcile.get("coupons", []) if c["couponId"] == coupon_id), {})
+
+        items, rejected = ledger(coupon_id)
+        issued_ids = [i["grant_id"]["S"] for i in items]
+        per_user = collections.Counter(i["user_id"]["S"] for i in items)
+        duplicates = sum(max(0, n - definition["perUserLimit"]) for n in per_user.values()) + (
+            len(issued_ids) - len(set(issued_ids))
+        )
+        issued = len(items)
+        lost = len(set(winners) - set(issued_ids))
+        latencies = sorted(ms for *_, ms in results)
+        report = {
+            "couponId": coupon_id,
+            "users": args.users,
+            "requests": len(results),
+            "winners": len(winners),
+            "issued": issued,
+            "stock": args.stock,
+            "oversell": max(0, issued - args.stock),
+            "duplicates": duplicates,
+            "lost": lost,
+            "rejected": len(rejected),
+            "transport_errors": codes.get("TRANSPORT_ERROR", 0),
+            "codes": dict(codes),
+            "p50_ms": round(percentile(latencies, 50), 2),
+            "p90_ms": round(percentile(latencies, 90), 2),
+            "p99_ms": round(percentile(latencies, 99), 2),
+            "max_ms": round(latencies[-1], 2) if latencies else 0,
+            "throughput_rps": round(len(results) / elapsed, 1),
+            "startup_seconds": round(startup, 2),
+            "grab_seconds": round(elapsed, 2),
+            "drain_seconds": round(drain, 2),
+            "reconcile_seconds": round(reconcile_seconds, 2),
+            "issuer_deliveries": pump.delivered,
+            "reconcile": figures,
+            "dlq_depth": reconcile.get("dlqDepth"),
+        }
+        out = ROOT / "target" / "demo" / "report.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+
+        print()
+        for key in ["requests", "winners", "issued", "stock", "oversell", "duplicates", "lost",
+                    "p50_ms", "p99_ms", "throughput_rps", "startup_seconds", "grab_seconds", "drain_seconds"]:
+            print(f"  {key:<16}{report[key]}")
+        print(f"  {'stock equation':<16}drift {figures.get('drift')} "
+              f"(remaining {figures.get('remaining')}, issued {figures.get('issued')}, "
+              f"pending {figures.get('pending')}, rejected {figures.get('rejected')})")
+        print(f"\n  report: {out.relative_to(ROOT)}")
+        ok = report["oversell"] == 0 and duplicates == 0 and lost == 0 and figures.get("drift") == 0
+        ok = ok and report["winners"] == min(args.stock, args.users)
+        print("  OK: exactly the stock, once each, nothing lost" if ok else "  FAILED: see the report")
+        return 0 if ok else 1
+    finally:
+        if server is not None:
+            os.killpg(server.pid, signal.SIGTERM)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
