@@ -88,12 +88,48 @@ def test_the_grab_function_trusts_only_verified_identity_in_aws():
     assert api["Auth"]["DefaultAuthorizer"] in api["Auth"]["Authorizers"]
 
 
-def test_every_required_setting_of_the_grab_function_is_set_by_the_template():
+FUNCTIONS = {
+    "GrabConfig": "GrabFunction",
+    "IssuerConfig": "IssuerFunction",
+    "ReconcilerConfig": "ReconcilerFunction",
+    "WalletConfig": "WalletFunction",
+}
+
+
+def required_settings():
+    """Each function config's required variables, read from the code."""
     source = (ROOT / "shared" / "src" / "config.rs").read_text()
-    required = set(re.findall(r'env\.required\("([A-Z_]+)"\)', source))
-    grab_required = required - {"COUPONS_TABLE"}  # operator tooling only
-    env = template()["Resources"]["GrabFunction"]["Properties"]["Environment"]["Variables"]
-    assert grab_required <= set(env), grab_required - set(env)
+    found = {}
+    for config in FUNCTIONS:
+        block = source.split(f"impl {config} {{", 1)[1].split("\nimpl ", 1)[0]
+        names = set(re.findall(r'env\.required\("([A-Z_]+)"\)', block))
+        if "RedisSettings::from_env(env)" in block:
+            names.add("REDIS_URL")
+        found[config] = names
+    return found
+
+
+def test_every_required_setting_of_every_function_is_set_by_the_template():
+    resources = template()["Resources"]
+    for config, names in required_settings().items():
+        assert names, f"{config}: no required settings found; is the parser still right?"
+        env = resources[FUNCTIONS[config]]["Properties"]["Environment"]["Variables"]
+        assert names <= set(env), (config, names - set(env))
+
+
+def test_the_issuer_reports_partial_batch_failures_and_the_queue_outlives_its_timeout():
+    resources = template()["Resources"]
+    issuer = resources["IssuerFunction"]["Properties"]
+    event = issuer["Events"]["Grants"]["Properties"]
+    assert event["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert resources["GrantQueue"]["Properties"]["VisibilityTimeout"] >= 6 * issuer["Timeout"]
+
+
+def test_no_http_function_trusts_identity_headers_in_aws():
+    resources = template()["Resources"]
+    for name in ("GrabFunction", "WalletFunction"):
+        env = resources[name]["Properties"]["Environment"]["Variables"]
+        assert str(env.get("TRUST_IDENTITY_HEADERS", "false")).lower() == "false", name
 
 
 def test_the_local_stack_provides_every_table_and_queue_setting_the_code_requires():

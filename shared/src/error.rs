@@ -86,7 +86,7 @@ macro_rules! error_codes {
 }
 
 error_codes! {
-    Success => "SUCCESS", 200, "You got the coupon.", "抢券成功。";
+    Success => "SUCCESS", 200, "Success.", "成功。";
     InvalidRequest => "INVALID_REQUEST", 400, "The request is malformed.", "请求格式不正确。";
     Unauthorized => "UNAUTHORIZED", 401, "Sign in to grab coupons.", "请先登录。";
     RiskRejected => "RISK_REJECTED", 403, "This request was refused by risk control.", "该请求被风控拒绝。";

@@ -129,7 +129,7 @@ async fn messages_follow_accept_language() {
                 .build(),
         )
         .await;
-    assert_eq!(zh.body["message"], "抢券成功。");
+    assert_eq!(zh.body["message"], "成功。");
     let en = h.grab(&coupon, "u2", "r1").await;
     assert_eq!(en.body["message"], "All coupons are gone.");
 }
