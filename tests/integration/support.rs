@@ -61,6 +61,7 @@ pub fn unique(label: &str) -> String {
 pub struct Stack {
     pub sqs: aws_sdk_sqs::Client,
     pub ddb: aws_sdk_dynamodb::Client,
+    pub elasticache: coupon_shared::adapters::elasticache::Client,
     pub redis_url: String,
     pub coupons_table: String,
     pub user_coupons_table: String,
@@ -83,6 +84,7 @@ impl Stack {
         Self {
             sqs: aws_sdk_sqs::Client::new(&sdk),
             ddb: aws_sdk_dynamodb::Client::new(&sdk),
+            elasticache: coupon_shared::adapters::elasticache::Client::new(&sdk),
             redis_url: env_or("REDIS_URL", "redis://127.0.0.1:6379"),
             coupons_table: env_or("COUPONS_TABLE", "coupons"),
             user_coupons_table: env_or("USER_COUPONS_TABLE", "user-coupons"),

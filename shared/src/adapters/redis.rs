@@ -575,3 +575,13 @@ impl OutboxLookup for RedisStore {
             .is_some_and(|e| &e.grant.user_id == user && e.grant.grant_id == grant.grant_id))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tls_urls_are_accepted_for_elasticache_in_transit_encryption() {
+        // Parsing fails with "TLS feature not enabled" unless rustls is in.
+        assert!(redis::Client::open("rediss://:token@master.example.cache.amazonaws.com:6379").is_ok());
+        assert!(redis::Client::open("redis://127.0.0.1:6379").is_ok());
+    }
+}
