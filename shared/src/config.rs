@@ -284,7 +284,7 @@ impl GrabConfig {
             http: HttpSettings::from_env(env)?,
             sold_out_memory_ms: env.number("SOLD_OUT_MEMORY_MS", 1_000, 0..=60_000)?,
             idempotency_ttl_secs: env.number("IDEMPOTENCY_TTL_SECS", 86_400, 60..=30 * 86_400)?,
-            metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "CouponGrab".into()),
+            metrics_namespace: metrics_namespace(env),
         })
     }
 }
@@ -314,6 +314,11 @@ impl AdminConfig {
             max_total_stock: env.number("MAX_TOTAL_STOCK", 10_000_000, 1..=1_000_000_000)?,
         })
     }
+}
+
+/// `METRICS_NAMESPACE` (`CouponGrab`): where every function's EMF metrics go.
+pub fn metrics_namespace(env: &Env) -> String {
+    env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "CouponGrab".into())
 }
 
 /// Call settings for DynamoDB off the grab path: `DDB_MAX_ATTEMPTS` (4),
@@ -353,7 +358,7 @@ impl IssuerConfig {
             user_coupons_table: env.required("USER_COUPONS_TABLE")?,
             dynamodb: dynamodb_calls(env)?,
             concurrency: env.number("ISSUER_CONCURRENCY", 16, 1..=256)?,
-            metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "CouponGrab".into()),
+            metrics_namespace: metrics_namespace(env),
         })
     }
 }
@@ -417,7 +422,7 @@ impl ReconcilerConfig {
             aws: dynamodb_calls(env)?,
             grace_ms: env.number("RECONCILE_GRACE_MS", 30_000, 0..=86_400_000)?,
             retention_hours: env.number("RECONCILE_RETENTION_HOURS", 168, 1..=24 * 90)?,
-            metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "CouponGrab".into()),
+            metrics_namespace: metrics_namespace(env),
         })
     }
 }
