@@ -6,7 +6,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/infra/env.sh"
 state="$root/.local"
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for svc in redis:$REDIS_PORT moto:$AWS_PORT; do
+services="redis:$REDIS_PORT moto:$AWS_PORT"
+for port in $REDIS_CLUSTER_PORTS; do services="$services redis-$port:$port"; done
+for svc in $services; do
   name=${svc%%:*} port=${svc##*:}
   [ -f "$state/$name.pid" ] || continue
   pid=$(cat "$state/$name.pid")
@@ -19,4 +21,4 @@ for svc in redis:$REDIS_PORT moto:$AWS_PORT; do
   fi
   rm -f "$state/$name.pid"
 done
-rm -f "$state/stack.env"
+rm -f "$state/stack.env" "$state"/cluster-*.conf

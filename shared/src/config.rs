@@ -114,6 +114,9 @@ pub struct RedisSettings {
     pub response_timeout_ms: u64,
     /// Connect timeout.
     pub connect_timeout_ms: u64,
+    /// `REDIS_CLUSTER`: the URL is a Redis Cluster node (ElastiCache cluster
+    /// mode enabled); commands are routed by slot.
+    pub cluster: bool,
 }
 
 impl fmt::Debug for RedisSettings {
@@ -123,13 +126,14 @@ impl fmt::Debug for RedisSettings {
             .field("key_prefix", &self.key_prefix)
             .field("response_timeout_ms", &self.response_timeout_ms)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
 
 impl RedisSettings {
     /// `REDIS_URL` (required), `REDIS_KEY_PREFIX`, `REDIS_TIMEOUT_MS`,
-    /// `REDIS_CONNECT_TIMEOUT_MS`.
+    /// `REDIS_CONNECT_TIMEOUT_MS`, `REDIS_CLUSTER`.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         Self::with_url(env, env.required("REDIS_URL")?)
     }
@@ -155,6 +159,7 @@ impl RedisSettings {
             key_prefix,
             response_timeout_ms: env.number("REDIS_TIMEOUT_MS", 500, 10..=30_000)?,
             connect_timeout_ms: env.number("REDIS_CONNECT_TIMEOUT_MS", 1_000, 10..=30_000)?,
+            cluster: env.flag("REDIS_CLUSTER", false)?,
         })
     }
 }

@@ -13,7 +13,7 @@ use crate::support::{send, Event, Harness, Options};
 
 /// Users whose home shard is 0 for `skewed_percent` of them (the rest spread
 /// normally): the worst case for per-shard stock.
-fn users(count: usize, shards: u32, skewed_percent: usize) -> Vec<String> {
+pub(crate) fn users(count: usize, shards: u32, skewed_percent: usize) -> Vec<String> {
     let skewed = count * skewed_percent / 100;
     let mut out = Vec::with_capacity(count);
     let mut i = 0;
@@ -29,7 +29,7 @@ fn users(count: usize, shards: u32, skewed_percent: usize) -> Vec<String> {
     out
 }
 
-struct SaleResult {
+pub(crate) struct SaleResult {
     /// user -> grant ids won (distinct)
     wins: HashMap<String, HashSet<String>>,
     /// request id -> grant ids answered for it
@@ -39,7 +39,7 @@ struct SaleResult {
 
 /// Every user sends `per_user` grabs; request ids repeat (two distinct ids
 /// per user, each sent twice), all concurrently.
-async fn run_sale(h: &Harness, coupon: &str, users: &[String], per_user: usize) -> SaleResult {
+pub(crate) async fn run_sale(h: &Harness, coupon: &str, users: &[String], per_user: usize) -> SaleResult {
     let app = Arc::clone(&h.app);
     let mut requests = Vec::new();
     for k in 0..per_user {
@@ -75,7 +75,11 @@ async fn run_sale(h: &Harness, coupon: &str, users: &[String], per_user: usize) 
     result
 }
 
-async fn assert_exactly_stock_won(h: &Harness, def: &coupon_shared::coupon::CouponDefinition, result: &SaleResult) {
+pub(crate) async fn assert_exactly_stock_won(
+    h: &Harness,
+    def: &coupon_shared::coupon::CouponDefinition,
+    result: &SaleResult,
+) {
     let all: HashSet<&String> = result.wins.values().flatten().collect();
     assert_eq!(
         all.len() as u64,
@@ -101,13 +105,19 @@ async fn assert_exactly_stock_won(h: &Harness, def: &coupon_shared::coupon::Coup
 }
 
 fn open_risk() -> Options {
-    Options {
-        risk: coupon_shared::config::RiskLimits {
-            users_per_ip: 0,
-            ..Options::default().risk
-        },
-        ..Options::default()
-    }
+    Options::without_ip_limit()
+}
+
+/// 2,000 grabs from 500 users (90% homed on one shard) for 100 units in
+/// `shards` shards: every unit won exactly once, nothing more.
+pub(crate) async fn skewed_sale(opts: Options, shards: u32) -> Harness {
+    let h = Harness::with(opts).await;
+    let mut def = h.coupon(100);
+    def.shards = shards;
+    let coupon = h.create(&def).await;
+    let result = run_sale(&h, coupon.as_str(), &users(500, shards, 90), 4).await;
+    assert_exactly_stock_won(&h, &def, &result).await;
+    h
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -122,12 +132,7 @@ async fn two_thousand_grabs_from_five_hundred_users_hand_out_exactly_the_stock()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn four_shards_with_users_skewed_onto_one_shard_still_sell_every_unit() {
-    let h = Harness::with(open_risk()).await;
-    let mut def = h.coupon(100);
-    def.shards = 4;
-    let coupon = h.create(&def).await;
-    let result = run_sale(&h, coupon.as_str(), &users(500, 4, 90), 4).await;
-    assert_exactly_stock_won(&h, &def, &result).await;
+    skewed_sale(open_risk(), 4).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -6,6 +6,7 @@
 mod support;
 
 mod bad_input;
+mod cluster;
 mod elasticache;
 mod flash_sale;
 mod identity;

@@ -14,7 +14,7 @@ use crate::support::{send, Event, Harness, Options};
 
 const UNREACHABLE_QUEUE: &str = "http://127.0.0.1:9/000000000000/unreachable";
 
-fn sqs_down() -> Options {
+pub(crate) fn sqs_down() -> Options {
     Options {
         queue_url: Some(UNREACHABLE_QUEUE.into()),
         ..Options::without_ip_limit()
@@ -23,7 +23,12 @@ fn sqs_down() -> Options {
 
 #[tokio::test]
 async fn winners_whose_sqs_send_failed_each_get_exactly_one_coupon_after_a_reconcile() {
-    let h = Harness::with(sqs_down()).await;
+    sqs_down_then_back(sqs_down()).await;
+}
+
+/// 15 winners while SQS is down; SQS back; a reconcile re-drives them.
+pub(crate) async fn sqs_down_then_back(opts: Options) {
+    let h = Harness::with(opts).await;
     let def = h.coupon(20);
     let coupon = h.create(&def).await;
     let mut winners = Vec::new();
@@ -166,7 +171,13 @@ async fn a_borrow_whose_caller_died_is_finished_by_the_reconciler() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sale_survives_redis_losing_everything_mid_sale_without_oversell() {
-    let h = Harness::with(Options::without_ip_limit()).await;
+    flush_mid_sale(Options::without_ip_limit()).await;
+}
+
+/// 20 winners, half issued, Redis flushed, rebuilt, the sale goes on: no
+/// oversell, nobody above the limit, the books balance.
+pub(crate) async fn flush_mid_sale(opts: Options) {
+    let h = Harness::with(opts).await;
     let mut def = h.coupon(40);
     def.shards = 2;
     let coupon = h.create(&def).await;

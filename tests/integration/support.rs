@@ -63,6 +63,7 @@ pub struct Stack {
     pub ddb: aws_sdk_dynamodb::Client,
     pub elasticache: coupon_shared::adapters::elasticache::Client,
     pub redis_url: String,
+    pub redis_cluster_url: String,
     pub coupons_table: String,
     pub user_coupons_table: String,
 }
@@ -86,6 +87,7 @@ impl Stack {
             ddb: aws_sdk_dynamodb::Client::new(&sdk),
             elasticache: coupon_shared::adapters::elasticache::Client::new(&sdk),
             redis_url: env_or("REDIS_URL", "redis://127.0.0.1:6379"),
+            redis_cluster_url: env_or("REDIS_CLUSTER_URL", "redis://127.0.0.1:7001"),
             coupons_table: env_or("COUPONS_TABLE", "coupons"),
             user_coupons_table: env_or("USER_COUPONS_TABLE", "user-coupons"),
         }
@@ -146,6 +148,8 @@ pub struct Options {
     pub queue_url: Option<String>,
     pub trust_identity_headers: bool,
     pub max_body_bytes: usize,
+    /// Run against the local 3-master Redis Cluster instead of one server.
+    pub cluster: bool,
 }
 
 impl Default for Options {
@@ -160,6 +164,7 @@ impl Default for Options {
             queue_url: None,
             trust_identity_headers: false,
             max_body_bytes: 4_096,
+            cluster: false,
         }
     }
 }
@@ -171,6 +176,12 @@ impl Options {
         let mut opts = Self::default();
         opts.risk.users_per_ip = 0;
         opts
+    }
+
+    /// The same, on the local Redis Cluster.
+    pub fn on_cluster(mut self) -> Self {
+        self.cluster = true;
+        self
     }
 }
 
@@ -217,10 +228,15 @@ impl Harness {
             None => stack.new_queue().await,
         };
         let settings = RedisSettings {
-            url: stack.redis_url.clone(),
+            url: if opts.cluster {
+                stack.redis_cluster_url.clone()
+            } else {
+                stack.redis_url.clone()
+            },
             key_prefix: format!("{}:", unique("t")),
             response_timeout_ms: 2_000,
             connect_timeout_ms: 2_000,
+            cluster: opts.cluster,
         };
         let redis = RedisStore::connect(&settings, 86_400, opts.risk)
             .await
@@ -511,8 +527,9 @@ impl Harness {
                 .unwrap()
         );
         let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut conn).await.unwrap();
-        for chunk in keys.chunks(200) {
-            let _: () = redis::cmd("DEL").arg(chunk).query_async(&mut conn).await.unwrap();
+        // One key at a time: on a cluster the keys live in many slots.
+        for key in keys {
+            let _: () = redis::cmd("DEL").arg(key).query_async(&mut conn).await.unwrap();
         }
     }
 }

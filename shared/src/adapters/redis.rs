@@ -1,6 +1,12 @@
 //! The Redis adapter: the stock ledger (Lua scripts), the risk guard and the
 //! preheat, over one multiplexed connection that reconnects by itself.
 //!
+//! The connection is either one multiplexed connection to a standalone
+//! server (or an ElastiCache primary endpoint), or a cluster connection that
+//! routes each command to the node owning its slot (ElastiCache cluster
+//! mode); `REDIS_CLUSTER` chooses. Nothing else differs: every script's keys
+//! share one hash tag, so every call has exactly one slot.
+//!
 //! Scripts are compiled in from `lua/` and run through [`redis::Script`]:
 //! EVALSHA, with a SCRIPT LOAD and retry when Redis answers NOSCRIPT (after a
 //! restart or failover). Every script gets all its keys in KEYS, and all of
@@ -10,8 +16,9 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{AsyncCommands, Script};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Script, Value};
 
 use crate::config::{RedisSettings, RiskLimits};
 use crate::coupon::CouponDefinition;
@@ -52,10 +59,48 @@ static RISK_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str
 /// Risk counters outlive their day by a day, then expire on their own.
 const RISK_TTL_MS: u64 = 2 * 86_400_000;
 
+/// A connection to a standalone server or to a cluster. Cheap to clone:
+/// clones share the underlying multiplexed connections.
+#[derive(Clone)]
+pub enum RedisConnection {
+    /// One server (reconnects by itself).
+    Single(ConnectionManager),
+    /// A Redis Cluster (follows MOVED/ASK and topology changes).
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 /// Redis behind the ports. Cheap to clone: clones share the connection.
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: RedisConnection,
     keys: KeySpace,
     outcome_ttl_ms: u64,
     risk: RiskLimits,
@@ -69,14 +114,28 @@ impl RedisStore {
         outcome_ttl_secs: u64,
         risk: RiskLimits,
     ) -> Result<Self, StoreError> {
-        let client = redis::Client::open(settings.url.as_str()).map_err(unavailable)?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(Duration::from_millis(settings.response_timeout_ms)))
-            .set_connection_timeout(Some(Duration::from_millis(settings.connect_timeout_ms)))
-            .set_number_of_retries(2);
-        let conn = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(unavailable)?;
+        let response = Duration::from_millis(settings.response_timeout_ms);
+        let connect = Duration::from_millis(settings.connect_timeout_ms);
+        let conn = if settings.cluster {
+            let client = redis::cluster::ClusterClient::builder(vec![settings.url.as_str()])
+                .response_timeout(response)
+                .connection_timeout(connect)
+                .retries(2)
+                .build()
+                .map_err(unavailable)?;
+            RedisConnection::Cluster(client.get_async_connection().await.map_err(unavailable)?)
+        } else {
+            let client = redis::Client::open(settings.url.as_str()).map_err(unavailable)?;
+            let config = ConnectionManagerConfig::new()
+                .set_response_timeout(Some(response))
+                .set_connection_timeout(Some(connect))
+                .set_number_of_retries(2);
+            RedisConnection::Single(
+                ConnectionManager::new_with_config(client, config)
+                    .await
+                    .map_err(unavailable)?,
+            )
+        };
         Ok(Self {
             conn,
             keys: KeySpace::new(settings.key_prefix.clone()),
@@ -91,7 +150,7 @@ impl RedisStore {
     }
 
     /// A clone of the connection, for callers that inspect Redis directly.
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> RedisConnection {
         self.conn.clone()
     }
 
