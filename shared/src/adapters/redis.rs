@@ -392,17 +392,16 @@ impl RiskGuard for RedisStore {
             _ => None,
         };
         let failure = user_reply.err().or(ip_reply.err());
-        if refusal.is_some() || failure.is_some() {
-            if !hold.is_empty() {
-                // Best effort; if this fails too, the hold expires with its day.
-                let _ = self.release(&hold).await;
-            }
-            if let Some(reason) = refusal {
-                return Ok(RiskDecision::Refused(reason));
-            }
-            return Err(unavailable(failure.expect("checked above")));
+        let outcome = match (refusal, failure) {
+            (None, None) => return Ok(RiskDecision::Allowed(hold)),
+            (Some(reason), _) => Ok(RiskDecision::Refused(reason)),
+            (None, Some(e)) => Err(unavailable(e)),
+        };
+        if !hold.is_empty() {
+            // Best effort; if this fails too, the hold expires with its day.
+            let _ = self.release(&hold).await;
         }
-        Ok(RiskDecision::Allowed(hold))
+        outcome
     }
 
     async fn release(&self, hold: &RiskHold) -> Result<(), StoreError> {
