@@ -43,6 +43,8 @@ test-rust:
 	@$(ENV) cargo test --workspace --all-targets
 
 test-infra:
+	@$(ENV) cfn-lint template.yaml
+	@$(ENV) SAM_CLI_TELEMETRY=0 sam validate --lint --region us-east-1 -t template.yaml >/dev/null
 	@$(ENV) python -m pytest -q infra/tests
 
 lint: ## Formatting and clippy, warnings are errors

@@ -117,6 +117,9 @@ pub struct RedisSettings {
     /// `REDIS_CLUSTER`: the URL is a Redis Cluster node (ElastiCache cluster
     /// mode enabled); commands are routed by slot.
     pub cluster: bool,
+    /// `REDIS_AUTH_SECRET_ARN`: a Secrets Manager secret holding the auth
+    /// token, read once at cold start (never put in an environment variable).
+    pub auth_secret_arn: Option<String>,
 }
 
 impl fmt::Debug for RedisSettings {
@@ -127,15 +130,57 @@ impl fmt::Debug for RedisSettings {
             .field("response_timeout_ms", &self.response_timeout_ms)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("cluster", &self.cluster)
+            .field("auth_secret_arn", &self.auth_secret_arn)
             .finish()
     }
 }
 
 impl RedisSettings {
-    /// `REDIS_URL` (required), `REDIS_KEY_PREFIX`, `REDIS_TIMEOUT_MS`,
-    /// `REDIS_CONNECT_TIMEOUT_MS`, `REDIS_CLUSTER`.
+    /// `REDIS_URL`, or `REDIS_HOST` with `REDIS_PORT` (6379) and `REDIS_TLS`
+    /// (true) as a deployment sets them from the ElastiCache resource; then
+    /// `REDIS_KEY_PREFIX`, `REDIS_TIMEOUT_MS`, `REDIS_CONNECT_TIMEOUT_MS`,
+    /// `REDIS_CLUSTER`, `REDIS_AUTH_SECRET_ARN`.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        Self::with_url(env, env.required("REDIS_URL")?)
+        match Self::url_from_parts(env)? {
+            Some(url) => Self::with_url(env, url),
+            None => Self::with_url(env, env.required("REDIS_URL")?),
+        }
+    }
+
+    /// True if the environment names a Redis endpoint at all.
+    pub fn is_configured(env: &Env) -> bool {
+        env.optional("REDIS_URL").is_some() || env.optional("REDIS_HOST").is_some()
+    }
+
+    fn url_from_parts(env: &Env) -> Result<Option<String>, ConfigError> {
+        if env.optional("REDIS_URL").is_some() {
+            return Ok(None);
+        }
+        let Some(host) = env.optional("REDIS_HOST") else {
+            return Ok(None);
+        };
+        if host.contains(['/', '@', ' ', '{', '}']) {
+            return Err(ConfigError::Invalid {
+                var: "REDIS_HOST",
+                problem: "must be a host name or address".into(),
+            });
+        }
+        let port: u16 = env.number("REDIS_PORT", 6379, 1..=65_535)?;
+        let scheme = if env.flag("REDIS_TLS", true)? {
+            "rediss"
+        } else {
+            "redis"
+        };
+        Ok(Some(format!("{scheme}://{host}:{port}")))
+    }
+
+    /// The same settings with `token` as the password in the URL.
+    pub fn with_auth_token(mut self, token: &str) -> Self {
+        if let Some((scheme, rest)) = self.url.split_once("://") {
+            let host = rest.rsplit_once('@').map(|(_, h)| h).unwrap_or(rest);
+            self.url = format!("{scheme}://:{token}@{host}");
+        }
+        self
     }
 
     /// The other Redis settings with a URL found elsewhere (ElastiCache
@@ -160,6 +205,7 @@ impl RedisSettings {
             response_timeout_ms: env.number("REDIS_TIMEOUT_MS", 500, 10..=30_000)?,
             connect_timeout_ms: env.number("REDIS_CONNECT_TIMEOUT_MS", 1_000, 10..=30_000)?,
             cluster: env.flag("REDIS_CLUSTER", false)?,
+            auth_secret_arn: env.optional("REDIS_AUTH_SECRET_ARN"),
         })
     }
 }
@@ -412,10 +458,14 @@ impl ReconcilerConfig {
     /// Reads any [`Env`].
     pub fn from(env: &Env) -> Result<Self, ConfigError> {
         let replication_group = env.optional("ELASTICACHE_REPLICATION_GROUP_ID");
-        let redis = match (env.optional("REDIS_URL"), &replication_group) {
-            (Some(_), _) => RedisSource::Url(RedisSettings::from_env(env)?),
-            (None, Some(group)) => RedisSource::ReplicationGroup(group.clone()),
-            (None, None) => return Err(ConfigError::Missing("REDIS_URL (or ELASTICACHE_REPLICATION_GROUP_ID)")),
+        let redis = match (RedisSettings::is_configured(env), &replication_group) {
+            (true, _) => RedisSource::Url(RedisSettings::from_env(env)?),
+            (false, Some(group)) => RedisSource::ReplicationGroup(group.clone()),
+            (false, None) => {
+                return Err(ConfigError::Missing(
+                    "REDIS_URL (or REDIS_HOST, or ELASTICACHE_REPLICATION_GROUP_ID)",
+                ))
+            }
         };
         Ok(Self {
             redis,
@@ -470,7 +520,7 @@ mod tests {
     use super::*;
 
     const BASE: &[(&str, &str)] = &[
-        ("REDIS_URL", "redis://:secret@127.0.0.1:6379"),
+        ("REDIS_URL", "redis://:hunter2-pw@127.0.0.1:6379"),
         ("GRANT_QUEUE_URL", "http://localhost:4566/000000000000/grants"),
     ];
 
@@ -505,7 +555,7 @@ mod tests {
     #[test]
     fn the_redis_url_is_never_printed() {
         let cfg = GrabConfig::from(&env_with(&[])).unwrap();
-        assert!(!format!("{cfg:?}").contains("secret"));
+        assert!(!format!("{cfg:?}").contains("hunter2-pw"));
     }
 
     #[test]
@@ -518,13 +568,41 @@ mod tests {
         let err = ReconcilerConfig::from(&Env::from_pairs(&tables)).unwrap_err();
         assert!(err
             .to_string()
-            .starts_with("REDIS_URL (or ELASTICACHE_REPLICATION_GROUP_ID)"));
+            .starts_with("REDIS_URL (or REDIS_HOST, or ELASTICACHE_REPLICATION_GROUP_ID)"));
         let mut with_group = tables.to_vec();
         with_group.push(("ELASTICACHE_REPLICATION_GROUP_ID", "coupons"));
         let cfg = ReconcilerConfig::from(&Env::from_pairs(&with_group)).unwrap();
         assert!(matches!(cfg.redis, RedisSource::ReplicationGroup(ref g) if g == "coupons"));
         let settings = RedisSettings::with_url(&Env::from_pairs(&with_group), "rediss://h:6379".into()).unwrap();
         assert_eq!(settings.url, "rediss://h:6379");
+    }
+
+    #[test]
+    fn a_deployment_names_redis_by_host_and_keeps_the_token_in_secrets_manager() {
+        let env = Env::from_pairs(&[
+            ("REDIS_HOST", "clustercfg.coupons.abc123.use1.cache.amazonaws.com"),
+            ("REDIS_CLUSTER", "true"),
+            (
+                "REDIS_AUTH_SECRET_ARN",
+                "arn:aws:secretsmanager:us-east-1:1:secret:redis",
+            ),
+        ]);
+        let settings = RedisSettings::from_env(&env).unwrap();
+        assert_eq!(
+            settings.url,
+            "rediss://clustercfg.coupons.abc123.use1.cache.amazonaws.com:6379"
+        );
+        assert!(settings.cluster);
+        let with_token = settings.with_auth_token("s3cret");
+        assert_eq!(
+            with_token.url,
+            "rediss://:s3cret@clustercfg.coupons.abc123.use1.cache.amazonaws.com:6379"
+        );
+        assert!(!format!("{with_token:?}").contains("s3cret"));
+        let err = RedisSettings::from_env(&Env::from_pairs(&[("REDIS_HOST", "a/b")])).unwrap_err();
+        assert!(err.to_string().starts_with("REDIS_HOST is invalid"));
+        let missing = RedisSettings::from_env(&Env::from_pairs(&[])).unwrap_err();
+        assert_eq!(missing, ConfigError::Missing("REDIS_URL"));
     }
 
     #[test]

@@ -176,6 +176,9 @@ impl Reconciler {
         if let Some(depth) = report.dlq_depth {
             self.metrics.count("DlqDepth", None, depth);
         }
+        // One figure over all coupons, for the drift alarm.
+        let drift: u64 = report.coupons.iter().map(|c| c.drift.unsigned_abs()).sum();
+        self.metrics.count("ReconcileDriftTotal", None, drift);
         info!(coupons = report.coupons.len(), clean = report.is_clean(), "reconciled");
         Ok(report)
     }

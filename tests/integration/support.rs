@@ -237,6 +237,7 @@ impl Harness {
             response_timeout_ms: 2_000,
             connect_timeout_ms: 2_000,
             cluster: opts.cluster,
+            auth_secret_arn: None,
         };
         let redis = RedisStore::connect(&settings, 86_400, opts.risk)
             .await

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use coupon_shared::adapters::{aws, redis::RedisStore, sqs::SqsPublisher};
+use coupon_shared::adapters::{aws, redis::RedisStore, secrets, sqs::SqsPublisher};
 use coupon_shared::clock::SystemClock;
 use coupon_shared::config::GrabConfig;
 use coupon_shared::metrics::EmfMetrics;
@@ -17,8 +17,10 @@ async fn main() -> Result<(), Error> {
     let config = GrabConfig::from_env()?;
     tracing::info!(?config, "starting grab");
 
-    let redis = Arc::new(RedisStore::connect(&config.redis, config.idempotency_ttl_secs, config.risk).await?);
-    let sqs = aws_sdk_sqs_client(&config).await;
+    let sdk = aws::load(config.sqs).await;
+    let redis_settings = secrets::resolve_redis_auth(config.redis.clone(), &sdk).await?;
+    let redis = Arc::new(RedisStore::connect(&redis_settings, config.idempotency_ttl_secs, config.risk).await?);
+    let sqs = coupon_shared::adapters::sqs::Client::new(&sdk);
     let service = GrabService::new(
         redis.clone(),
         redis,
@@ -36,8 +38,4 @@ async fn main() -> Result<(), Error> {
     }
     let app = &app;
     run(service_fn(move |req: Request| handle(app, req))).await
-}
-
-async fn aws_sdk_sqs_client(config: &GrabConfig) -> coupon_shared::adapters::sqs::Client {
-    coupon_shared::adapters::sqs::Client::new(&aws::load(config.sqs).await)
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use coupon_shared::adapters::dynamodb::{self, DynamoLedger};
 use coupon_shared::adapters::redis::RedisStore;
 use coupon_shared::adapters::sqs::{self, SqsRedrive};
-use coupon_shared::adapters::{aws, elasticache};
+use coupon_shared::adapters::{aws, elasticache, secrets};
 use coupon_shared::clock::SystemClock;
 use coupon_shared::config::{Env, ReconcilerConfig, RedisSettings, RedisSource, RiskLimits};
 use coupon_shared::metrics::EmfMetrics;
@@ -29,10 +29,12 @@ async fn main() -> Result<(), Error> {
             let url = found
                 .url
                 .ok_or_else(|| format!("replication group {group} has no endpoint yet ({})", found.status))?;
-            let token = std::env::var("REDIS_AUTH_TOKEN").ok();
-            RedisSettings::with_url(&Env::process(), elasticache::with_auth_token(&url, token.as_deref()))?
+            let mut settings = RedisSettings::with_url(&Env::process(), url)?;
+            settings.cluster = found.cluster_mode;
+            settings
         }
     };
+    let redis_settings = secrets::resolve_redis_auth(redis_settings, &sdk).await?;
     let redis = Arc::new(RedisStore::connect(&redis_settings, 86_400, RiskLimits::default()).await?);
     let ledger = Arc::new(DynamoLedger::new(
         dynamodb::Client::new(&sdk),

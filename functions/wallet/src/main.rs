@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use coupon_shared::adapters::aws;
 use coupon_shared::adapters::dynamodb::{Client, DynamoLedger};
 use coupon_shared::adapters::redis::RedisStore;
+use coupon_shared::adapters::{aws, secrets};
 use coupon_shared::config::{RiskLimits, WalletConfig};
 use lambda_http::{run, service_fn, Error, Request};
 use wallet::{handle, Wallet};
@@ -15,8 +15,10 @@ async fn main() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     let config = WalletConfig::from_env()?;
     tracing::info!(?config, "starting wallet");
-    let redis = RedisStore::connect(&config.redis, 86_400, RiskLimits::default()).await?;
-    let ddb = Client::new(&aws::load(config.dynamodb).await);
+    let sdk = aws::load(config.dynamodb).await;
+    let redis_settings = secrets::resolve_redis_auth(config.redis.clone(), &sdk).await?;
+    let redis = RedisStore::connect(&redis_settings, 86_400, RiskLimits::default()).await?;
+    let ddb = Client::new(&sdk);
     let wallet = Wallet {
         store: Arc::new(DynamoLedger::new(
             ddb,

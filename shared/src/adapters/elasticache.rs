@@ -91,22 +91,3 @@ pub async fn describe(client: &Client, group_id: &str) -> Result<ReplicationGrou
         cluster_mode,
     })
 }
-
-/// Puts `token` into a discovered URL as the password.
-pub fn with_auth_token(url: &str, token: Option<&str>) -> String {
-    match (token, url.split_once("://")) {
-        (Some(t), Some((scheme, rest))) if !t.is_empty() => format!("{scheme}://:{t}@{rest}"),
-        _ => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_auth_token_becomes_the_password() {
-        assert_eq!(with_auth_token("rediss://h:6379", Some("t0k")), "rediss://:t0k@h:6379");
-        assert_eq!(with_auth_token("redis://h:6379", None), "redis://h:6379");
-    }
-}

@@ -12,5 +12,8 @@ pub mod dynamodb;
 #[cfg(feature = "elasticache")]
 pub mod elasticache;
 
-#[cfg(any(feature = "sqs", feature = "dynamodb", feature = "elasticache"))]
+#[cfg(feature = "secrets")]
+pub mod secrets;
+
+#[cfg(any(feature = "sqs", feature = "dynamodb", feature = "elasticache", feature = "secrets"))]
 pub mod aws;
