@@ -142,6 +142,15 @@ def test_redis_is_a_tls_cluster_with_failover_and_a_generated_token():
         assert "REDIS_AUTH_SECRET_ARN" in env and "REDIS_URL" not in env, name
 
 
+def test_every_function_takes_memory_and_timeout_as_parameters():
+    tpl = template()
+    for name, res in tpl["Resources"].items():
+        if res["Type"] == "AWS::Serverless::Function":
+            for prop in ("MemorySize", "Timeout"):
+                ref = res["Properties"][prop]
+                assert isinstance(ref, dict) and ref.get("Ref") in tpl["Parameters"], (name, prop)
+
+
 def test_the_grab_function_has_no_dynamodb_access():
     policies = template()["Resources"]["GrabFunction"]["Properties"]["Policies"]
     assert "dynamodb" not in json.dumps(policies).lower()
