@@ -7,6 +7,8 @@
 //!   the explicit local mode only, from headers.
 //! - [`render`]: the response envelope and its headers.
 
+#![warn(missing_docs)]
+
 use coupon_shared::ids::{ClientIp, UserId};
 use lambda_http::http::HeaderMap;
 use lambda_http::request::RequestContext;

@@ -12,6 +12,8 @@
 //! - [`handle`]: identity (from `coupon_edge`), parse, call
 //!   [`GrabService::grab`], render the `{code, message, data}` envelope.
 
+#![warn(missing_docs)]
+
 use std::convert::Infallible;
 
 use coupon_shared::error::{ErrorCode, Lang};

@@ -8,6 +8,8 @@
 //! message id fails the whole batch: the response could not name it, and
 //! acknowledging it by omission would lose it.
 
+#![warn(missing_docs)]
+
 use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};

@@ -6,6 +6,8 @@
 //! Safe to run twice at once and to die half way; see the module docs of
 //! `coupon_shared::reconcile`.
 
+#![warn(missing_docs)]
+
 use coupon_shared::adapters::elasticache::{self, Client};
 use coupon_shared::reconcile::Reconciler;
 use lambda_runtime::{Error, LambdaEvent};

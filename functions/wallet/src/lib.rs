@@ -8,6 +8,8 @@
 //! never load a DynamoDB client. Same identity rules as the grab: the caller
 //! is the verified JWT subject and can read nothing of anyone else.
 
+#![warn(missing_docs)]
+
 use std::convert::Infallible;
 use std::sync::Arc;
 
