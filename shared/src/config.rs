@@ -340,15 +340,34 @@ impl GrabConfig {
     }
 }
 
-/// What the operator tooling (preheat) reads.
+/// Everything the admin API (and `couponctl`) reads.
 #[derive(Debug, Clone)]
 pub struct AdminConfig {
     /// Redis.
     pub redis: RedisSettings,
-    /// `COUPONS_TABLE`: coupon definitions.
+    /// `COUPONS_TABLE`: definitions, counters, audit log, blacklist.
     pub coupons_table: String,
+    /// `USER_COUPONS_TABLE`: holdings, for reconciliation.
+    pub user_coupons_table: String,
+    /// `GRANT_QUEUE_URL`: where a reconciliation re-drives grants.
+    pub queue_url: String,
+    /// `GRANT_DLQ_URL` (optional).
+    pub dlq_url: Option<String>,
     /// `MAX_TOTAL_STOCK` (10,000,000): the largest stock one coupon may have.
     pub max_total_stock: u64,
+    /// `ADMIN_LOCAL_MODE` (false): read the operator from the
+    /// `X-Admin-Actor` header when there is no IAM identity. Only for a
+    /// local stack: in AWS the routes use IAM authorization and this stays
+    /// off.
+    pub local_mode: bool,
+    /// `MAX_BODY_BYTES` (4096).
+    pub max_body_bytes: usize,
+    /// DynamoDB call settings.
+    pub aws: AwsCallSettings,
+    /// `RECONCILE_GRACE_MS` (30000), as for the scheduled reconciler.
+    pub grace_ms: i64,
+    /// `METRICS_NAMESPACE` (`CouponGrab`).
+    pub metrics_namespace: String,
 }
 
 impl AdminConfig {
@@ -362,7 +381,15 @@ impl AdminConfig {
         Ok(Self {
             redis: RedisSettings::from_env(env)?,
             coupons_table: env.required("COUPONS_TABLE")?,
+            user_coupons_table: env.required("USER_COUPONS_TABLE")?,
+            queue_url: env.required("GRANT_QUEUE_URL")?,
+            dlq_url: env.optional("GRANT_DLQ_URL"),
             max_total_stock: env.number("MAX_TOTAL_STOCK", 10_000_000, 1..=1_000_000_000)?,
+            local_mode: env.flag("ADMIN_LOCAL_MODE", false)?,
+            max_body_bytes: env.number("MAX_BODY_BYTES", 4_096, 64..=1_048_576)?,
+            aws: dynamodb_calls(env)?,
+            grace_ms: env.number("RECONCILE_GRACE_MS", 30_000, 0..=86_400_000)?,
+            metrics_namespace: metrics_namespace(env),
         })
     }
 }

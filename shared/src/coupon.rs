@@ -156,8 +156,7 @@ impl CouponDefinition {
     /// takes about 1,000 writes a second, so big coupons get more items (one
     /// per 1,000 units, up to 16), never more items than units.
     pub fn counter_items(&self) -> u32 {
-        let wanted = self.total_stock.div_ceil(1_000).clamp(1, 16);
-        wanted.min(self.total_stock.max(1)) as u32
+        counter_items_for(self.total_stock)
     }
 
     /// The cap of counter item `index`: an even split that sums to the total.
@@ -172,6 +171,45 @@ impl CouponDefinition {
         let canonical = serde_json::to_string(self).unwrap_or_default();
         format!("{:016x}", fnv1a64(canonical.as_bytes()))
     }
+}
+
+/// [`CouponDefinition::counter_items`] for a total: monotone in `total`, so
+/// adding stock only ever adds counter items.
+pub fn counter_items_for(total: u64) -> u32 {
+    let wanted = total.div_ceil(1_000).clamp(1, 16);
+    wanted.min(total.max(1)) as u32
+}
+
+/// How the capped counters change when `added` units join a coupon of
+/// `before` units: `(item, units added to its cap, whether the item is new)`.
+///
+/// Caps only grow (an item may already have issued up to its old cap, so a
+/// recomputed, smaller cap could let the items together exceed the total),
+/// and the additions sum to `added` exactly, so the caps keep summing to the
+/// total. New items appear when the total crosses a 1,000 boundary, keeping
+/// the number of items equal to [`counter_items_for`] of the new total.
+pub fn counter_additions(before: u64, added: u64) -> Vec<(u32, u64, bool)> {
+    let old_items = counter_items_for(before);
+    let new_items = counter_items_for(before.saturating_add(added));
+    let n = u64::from(new_items);
+    (0..new_items)
+        .map(|k| {
+            let share = added / n + u64::from(u64::from(k) < added % n);
+            (k, share, k >= old_items)
+        })
+        .filter(|&(_, share, new)| share > 0 || new)
+        .collect()
+}
+
+/// A definition as the durable store holds it, with the version every
+/// operator change increments. Redis shards remember the version they last
+/// applied, so changes applied out of order never roll a shard back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCoupon {
+    /// The current definition (status, stock and rate as last changed).
+    pub definition: CouponDefinition,
+    /// 0 at creation, +1 per change.
+    pub version: u64,
 }
 
 /// FNV-1a, 64 bit: tiny, stable across releases and platforms (unlike std's
@@ -229,6 +267,29 @@ pub(crate) mod tests {
             assert!((1..=16).contains(&items));
             let sum: u64 = (0..items).map(|i| def.counter_cap(i)).sum();
             assert_eq!(sum, total);
+        }
+    }
+
+    #[test]
+    fn adding_stock_only_grows_caps_and_keeps_them_summing_to_the_total() {
+        for (before, added) in [
+            (10, 5),
+            (1, 1),
+            (999, 2),
+            (1_000, 1),
+            (1_500, 20_000),
+            (16_000, 7),
+            (3, 0),
+        ] {
+            let additions = counter_additions(before, added);
+            assert_eq!(additions.iter().map(|a| a.1).sum::<u64>(), added, "{before}+{added}");
+            let new_items = counter_items_for(before + added);
+            let old_items = counter_items_for(before);
+            assert!(new_items >= old_items);
+            for k in old_items..new_items {
+                assert!(additions.iter().any(|a| a.0 == k && a.2), "item {k} must be created");
+            }
+            assert!(additions.iter().all(|a| a.2 == (a.0 >= old_items)));
         }
     }
 

@@ -88,15 +88,19 @@ macro_rules! error_codes {
 error_codes! {
     Success => "SUCCESS", 200, "Success.", "成功。";
     InvalidRequest => "INVALID_REQUEST", 400, "The request is malformed.", "请求格式不正确。";
-    Unauthorized => "UNAUTHORIZED", 401, "Sign in to grab coupons.", "请先登录。";
+    Unauthorized => "UNAUTHORIZED", 401, "Sign in first.", "请先登录。";
+    Forbidden => "FORBIDDEN", 403, "Operators only: this route needs an admin identity.", "仅限运营人员：该接口需要管理员身份。";
     RiskRejected => "RISK_REJECTED", 403, "This request was refused by risk control.", "该请求被风控拒绝。";
     NotEligible => "NOT_ELIGIBLE", 403, "Your member level is too low for this coupon.", "您的会员等级不满足领取条件。";
     CouponNotFound => "COUPON_NOT_FOUND", 404, "No such coupon.", "优惠券不存在。";
     GrantNotFound => "GRANT_NOT_FOUND", 404, "No such grant for you.", "未找到您的该条领取记录。";
+    ReportNotFound => "REPORT_NOT_FOUND", 404, "No reconciliation report for this coupon yet.", "该优惠券尚无对账报告。";
     RouteNotFound => "ROUTE_NOT_FOUND", 404, "No such route.", "接口不存在。";
     MethodNotAllowed => "METHOD_NOT_ALLOWED", 405, "This method is not allowed here.", "不支持该请求方法。";
     AlreadyClaimed => "ALREADY_CLAIMED", 409, "You already have this coupon.", "您已领取过该优惠券。";
     CouponNotActive => "COUPON_NOT_ACTIVE", 409, "This coupon cannot be grabbed now.", "该优惠券当前不可领取。";
+    CouponConflict => "COUPON_CONFLICT", 409, "A different coupon exists under this id.", "该编号下已有不同定义的优惠券。";
+    ConcurrentChange => "CONCURRENT_CHANGE", 409, "The coupon kept changing; read it again and retry.", "优惠券正被他人修改，请刷新后重试。";
     SoldOut => "SOLD_OUT", 410, "All coupons are gone.", "优惠券已抢完。";
     PayloadTooLarge => "PAYLOAD_TOO_LARGE", 413, "The request body is too large.", "请求体过大。";
     UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE", 415, "Send the body as application/json.", "请求体必须是 application/json。";

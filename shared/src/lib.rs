@@ -19,6 +19,8 @@
 //! - [`service`]: the grab use case; [`preheat`]: creating a coupon;
 //!   [`issuance`]: grants into coupons; [`reconcile`]: re-drive, repair,
 //!   report.
+//! - [`admin`]: operating a campaign (create, status, stock, rate,
+//!   blacklist, on-demand reconciliation), every change audited.
 //! - [`soldout`]: the per-instance sold-out memory.
 //! - [`keys`]: the Redis key layout and its hash tags.
 //! - [`adapters`]: Redis (always), SQS (`sqs` feature), DynamoDB
@@ -31,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod adapters;
+pub mod admin;
 pub mod clock;
 pub mod config;
 pub mod coupon;

@@ -5,6 +5,7 @@
 
 mod support;
 
+mod admin;
 mod bad_input;
 mod cluster;
 mod elasticache;

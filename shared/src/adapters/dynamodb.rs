@@ -9,6 +9,10 @@
 //! | coupons | `COUPON#<id>` | `COUNTER#<k>` | capped counter `k`: `cap`, `issued` |
 //! | coupons | `COUPON#<id>` | `GRANT#<grantId>` | a rejected grant and why |
 //! | coupons | `COUPON#<id>` | `REBUILD#<ms>` | Redis was rebuilt from here |
+//! | coupons | `COUPON#<id>` | `AUDIT#<operation>` | an admin change: who, what, when |
+//! | coupons | `COUPON#<id>` | `OP#<key>` | an idempotency key an admin change claimed |
+//! | coupons | `COUPON#<id>` | `REPORT` | the latest on-demand reconciliation report |
+//! | coupons | `BLACKLIST#<user>` | `ENTRY` / `AUDIT#<operation>` | the durable blacklist and its log |
 //! | user coupons | `USER#<user>` | `COUPON#<id>#<ordinal>` | a coupon in a wallet |
 //!
 //! A coupon's data shares one partition; a user's wallet is one query. The
@@ -21,10 +25,11 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, KeysAndAttributes, Put, TransactWriteItem, Update};
 pub use aws_sdk_dynamodb::Client;
 
-use crate::coupon::{fnv1a64, CouponDefinition};
+use crate::admin::{AdminStore, AuditEntry, AuditTarget, ChangeResult, CouponChange};
+use crate::coupon::{counter_additions, counter_items_for, fnv1a64, CouponDefinition, StoredCoupon};
 use crate::error::{BoxError, StoreError};
 use crate::grant::Grant;
 use crate::ids::{CouponId, UserId};
@@ -121,6 +126,7 @@ impl CouponRepository for DynamoCouponRepository {
             ("total_stock".to_owned(), n(def.total_stock)),
             ("status".to_owned(), s(def.status.as_str())),
             ("grab_end_ms".to_owned(), n(def.grab_end_ms)),
+            ("version".to_owned(), n(0)),
         ]))?);
         for k in 0..def.counter_items() {
             request = request.transact_items(put(HashMap::from([
@@ -184,6 +190,25 @@ impl DynamoLedger {
             coupons_table: coupons_table.into(),
             user_coupons_table: user_coupons_table.into(),
         }
+    }
+
+    /// The number of counter items the coupon has now (its stock may have
+    /// grown since the issuer cached the definition).
+    async fn live_counter_items(&self, coupon: &CouponId) -> Result<u32, IssueError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.coupons_table)
+            .key("pk", s(coupon_pk(coupon)))
+            .key("sk", s("DEF"))
+            .projection_expression("total_stock")
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| classify(Box::new(e), false))?;
+        Ok(counter_items_for(
+            out.item.as_ref().and_then(|i| get_n(i, "total_stock")).unwrap_or(0),
+        ))
     }
 
     fn user_coupon_item(grant: &Grant, def: &CouponDefinition, now_ms: i64) -> Item {
@@ -325,11 +350,24 @@ fn classify(e: BoxError, throttled: bool) -> IssueError {
 impl IssueLedger for DynamoLedger {
     async fn issue(&self, grant: &Grant, def: &CouponDefinition, now_ms: i64) -> Result<IssueOutcome, IssueError> {
         let item = Self::user_coupon_item(grant, def, now_ms);
-        let items = def.counter_items();
+        let mut items = def.counter_items();
         // Spread grants over the counters; walk on when one is full.
         let start = (fnv1a64(grant.grant_id.as_bytes()) % u64::from(items)) as u32;
-        for step in 0..items {
-            let counter = (start + step) % items;
+        let mut order: Vec<u32> = (0..items).map(|step| (start + step) % items).collect();
+        let mut at = 0;
+        loop {
+            let Some(&counter) = order.get(at) else {
+                // Every counter we know of is full. Stock may have been added
+                // since `def` was read (more counters): check once.
+                let live = self.live_counter_items(&grant.coupon_id).await?;
+                if live > items {
+                    order.extend(items..live);
+                    items = live;
+                    continue;
+                }
+                break;
+            };
+            at += 1;
             let put = Put::builder()
                 .table_name(&self.user_coupons_table)
                 .set_item(Some(item.clone()))
@@ -599,5 +637,275 @@ impl DurableFacts for DynamoLedger {
 
     async fn was_rebuilt(&self, coupon: &CouponId) -> Result<bool, StoreError> {
         Ok(!self.coupon_items(coupon, "REBUILD#").await?.is_empty())
+    }
+}
+
+fn audit_pk(target: &AuditTarget) -> String {
+    match target {
+        AuditTarget::Coupon(c) => coupon_pk(c),
+        AuditTarget::User(u) => format!("BLACKLIST#{u}"),
+    }
+}
+
+fn audit_item(pk: String, entry: &AuditEntry) -> Result<Item, StoreError> {
+    Ok(HashMap::from([
+        ("pk".to_owned(), s(pk)),
+        ("sk".to_owned(), s(format!("AUDIT#{}", entry.operation_id))),
+        ("actor".to_owned(), s(entry.actor.as_str())),
+        (
+            "action".to_owned(),
+            s(serde_json::to_value(entry.action)
+                .map_err(unavailable)?
+                .as_str()
+                .unwrap_or("?")),
+        ),
+        ("at_ms".to_owned(), n(entry.at_ms)),
+        (
+            "entry".to_owned(),
+            s(serde_json::to_string(entry).map_err(unavailable)?),
+        ),
+    ]))
+}
+
+fn put_if_absent(table: &str, item: Item) -> Result<TransactWriteItem, StoreError> {
+    let put = Put::builder()
+        .table_name(table)
+        .set_item(Some(item))
+        .condition_expression("attribute_not_exists(pk)")
+        .build()
+        .map_err(unavailable)?;
+    Ok(TransactWriteItem::builder().put(put).build())
+}
+
+impl DynamoLedger {
+    async fn get(&self, pk: String, sk: &str) -> Result<Option<Item>, StoreError> {
+        Ok(self
+            .client
+            .get_item()
+            .table_name(&self.coupons_table)
+            .key("pk", s(pk))
+            .key("sk", s(sk))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?
+            .item)
+    }
+}
+
+#[async_trait]
+impl AdminStore for DynamoLedger {
+    async fn stored(&self, coupon: &CouponId) -> Result<Option<StoredCoupon>, StoreError> {
+        let Some(item) = self.get(coupon_pk(coupon), "DEF").await? else {
+            return Ok(None);
+        };
+        Ok(Some(StoredCoupon {
+            definition: parse_definition(&item)?,
+            version: get_n(&item, "version").unwrap_or(0),
+        }))
+    }
+
+    async fn change(&self, change: &CouponChange) -> Result<ChangeResult, StoreError> {
+        let def = &change.after;
+        let pk = coupon_pk(&def.coupon_id);
+        let update = Update::builder()
+            .table_name(&self.coupons_table)
+            .key("pk", s(pk.clone()))
+            .key("sk", s("DEF"))
+            .update_expression("SET #def = :d, #fp = :f, #total = :t, #st = :s, #ver = :next")
+            .condition_expression("#ver = :read")
+            .expression_attribute_names("#def", "definition")
+            .expression_attribute_names("#fp", "fingerprint")
+            .expression_attribute_names("#total", "total_stock")
+            .expression_attribute_names("#st", "status")
+            .expression_attribute_names("#ver", "version")
+            .expression_attribute_values(":d", s(serde_json::to_string(def).map_err(unavailable)?))
+            .expression_attribute_values(":f", s(def.fingerprint()))
+            .expression_attribute_values(":t", n(def.total_stock))
+            .expression_attribute_values(":s", s(def.status.as_str()))
+            .expression_attribute_values(":read", n(change.expected_version))
+            .expression_attribute_values(":next", n(change.expected_version + 1))
+            .build()
+            .map_err(unavailable)?;
+        let mut items = vec![TransactWriteItem::builder().update(update).build()];
+        let before = def.total_stock - change.added_stock;
+        for (k, add, new) in counter_additions(before, change.added_stock) {
+            let sk = format!("COUNTER#{k}");
+            if new {
+                items.push(put_if_absent(
+                    &self.coupons_table,
+                    HashMap::from([
+                        ("pk".to_owned(), s(pk.clone())),
+                        ("sk".to_owned(), s(sk)),
+                        ("cap".to_owned(), n(add)),
+                        ("issued".to_owned(), n(0)),
+                    ]),
+                )?);
+            } else {
+                let grow = Update::builder()
+                    .table_name(&self.coupons_table)
+                    .key("pk", s(pk.clone()))
+                    .key("sk", s(sk))
+                    .update_expression("SET #cap = #cap + :add")
+                    .expression_attribute_names("#cap", "cap")
+                    .condition_expression("attribute_exists(pk)")
+                    .expression_attribute_values(":add", n(add))
+                    .build()
+                    .map_err(unavailable)?;
+                items.push(TransactWriteItem::builder().update(grow).build());
+            }
+        }
+        items.push(put_if_absent(
+            &self.coupons_table,
+            audit_item(pk.clone(), &change.audit)?,
+        )?);
+        if let Some(key) = &change.operation_key {
+            items.push(put_if_absent(
+                &self.coupons_table,
+                HashMap::from([
+                    ("pk".to_owned(), s(pk.clone())),
+                    ("sk".to_owned(), s(format!("OP#{key}"))),
+                    ("at_ms".to_owned(), n(change.audit.at_ms)),
+                ]),
+            )?);
+        }
+        let count = items.len();
+        match self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(ChangeResult::Applied),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), TransactWriteItemsError::TransactionCanceledException(_)) =>
+            {
+                let TransactWriteItemsError::TransactionCanceledException(ex) = e.err() else {
+                    unreachable!("matched above")
+                };
+                let failed = |i: usize| {
+                    ex.cancellation_reasons()
+                        .get(i)
+                        .and_then(|r| r.code())
+                        .is_some_and(|c| c == "ConditionalCheckFailed")
+                };
+                if change.operation_key.is_some() && failed(count - 1) {
+                    return Ok(ChangeResult::AlreadyDone);
+                }
+                if failed(0) {
+                    return Ok(ChangeResult::VersionMoved);
+                }
+                Err(StoreError::Unavailable(Box::new(SdkError::ServiceError(e))))
+            }
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    async fn record(&self, target: &AuditTarget, entry: &AuditEntry) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.coupons_table)
+            .set_item(Some(audit_item(audit_pk(target), entry)?))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
+                Ok(false)
+            }
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    async fn audit(&self, target: &AuditTarget) -> Result<Vec<AuditEntry>, StoreError> {
+        let items = self
+            .query_all(
+                &self.coupons_table,
+                None,
+                "pk = :pk AND begins_with(sk, :prefix)",
+                HashMap::from([
+                    (":pk".to_owned(), s(audit_pk(target))),
+                    (":prefix".to_owned(), s("AUDIT#")),
+                ]),
+            )
+            .await?;
+        let mut entries = items
+            .iter()
+            .map(|i| {
+                let json = get_s(i, "entry").ok_or_else(|| malformed("audit entry", "no entry attribute"))?;
+                serde_json::from_str::<AuditEntry>(json).map_err(|e| malformed("audit entry", e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        entries.sort_by(|a, b| a.at_ms.cmp(&b.at_ms).then_with(|| a.operation_id.cmp(&b.operation_id)));
+        Ok(entries)
+    }
+
+    async fn set_blacklisted(&self, user: &UserId, on: bool, entry: &AuditEntry) -> Result<(), StoreError> {
+        let pk = format!("BLACKLIST#{user}");
+        let flag = if on {
+            let put = Put::builder()
+                .table_name(&self.coupons_table)
+                .item("pk", s(pk.clone()))
+                .item("sk", s("ENTRY"))
+                .item("user_id", s(user.as_str()))
+                .item("actor", s(entry.actor.as_str()))
+                .item("at_ms", n(entry.at_ms))
+                .build()
+                .map_err(unavailable)?;
+            TransactWriteItem::builder().put(put).build()
+        } else {
+            let delete = Delete::builder()
+                .table_name(&self.coupons_table)
+                .key("pk", s(pk.clone()))
+                .key("sk", s("ENTRY"))
+                .build()
+                .map_err(unavailable)?;
+            TransactWriteItem::builder().delete(delete).build()
+        };
+        // No condition on the audit entry: its id is unique per operation,
+        // and a retried operation overwriting its own entry is harmless.
+        let audit = Put::builder()
+            .table_name(&self.coupons_table)
+            .set_item(Some(audit_item(pk, entry)?))
+            .build()
+            .map_err(unavailable)?;
+        self.client
+            .transact_write_items()
+            .transact_items(flag)
+            .transact_items(TransactWriteItem::builder().put(audit).build())
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn is_blacklisted(&self, user: &UserId) -> Result<bool, StoreError> {
+        Ok(self.get(format!("BLACKLIST#{user}"), "ENTRY").await?.is_some())
+    }
+
+    async fn save_report(&self, coupon: &CouponId, report: &serde_json::Value) -> Result<(), StoreError> {
+        self.client
+            .put_item()
+            .table_name(&self.coupons_table)
+            .item("pk", s(coupon_pk(coupon)))
+            .item("sk", s("REPORT"))
+            .item("report", s(report.to_string()))
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn last_report(&self, coupon: &CouponId) -> Result<Option<serde_json::Value>, StoreError> {
+        self.get(coupon_pk(coupon), "REPORT")
+            .await?
+            .map(|item| {
+                let json = get_s(&item, "report").ok_or_else(|| malformed("report", "no report attribute"))?;
+                serde_json::from_str(json).map_err(|e| malformed("report", e.to_string()))
+            })
+            .transpose()
     }
 }

@@ -20,8 +20,9 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Script, Value};
 
+use crate::admin::{Applied, LiveSettings};
 use crate::config::{RedisSettings, RiskLimits};
-use crate::coupon::CouponDefinition;
+use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::StoreError;
 use crate::grant::Grant;
 use crate::grant::GrantRecord;
@@ -54,6 +55,8 @@ static RISK_USER: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("
 static RISK_IP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/risk_reserve_ip.lua")));
 static RESTORE_USERS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/restore_users.lua")));
 static BUMP_EPOCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/bump_epoch.lua")));
+static APPLY_SETTINGS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/apply_settings.lua")));
 static RISK_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/risk_release.lua")));
 
 /// Risk counters outlive their day by a day, then expire on their own.
@@ -449,6 +452,12 @@ fn meta_fields(def: &CouponDefinition, shard: u32, stock: u64, seq: u64, now_ms:
         ("burst", def.shard_burst().to_string()),
         ("stock", stock.to_string()),
         ("initial_stock", stock.to_string()),
+        // The shard's share of the total and the total itself: what an
+        // operator's stock addition is applied against (apply_settings.lua).
+        ("alloc", def.shard_stock(shard).to_string()),
+        ("total", def.total_stock.to_string()),
+        // The definition version applied; changes carry higher ones.
+        ("version", "0".to_owned()),
         ("seq", seq.to_string()),
         ("epoch", "1".to_owned()),
         ("preheated_at_ms", now_ms.to_string()),
@@ -631,6 +640,44 @@ impl OutboxLookup for RedisStore {
             .first()
             .and_then(outbox_entry)
             .is_some_and(|e| &e.grant.user_id == user && e.grant.grant_id == grant.grant_id))
+    }
+}
+
+#[async_trait]
+impl LiveSettings for RedisStore {
+    async fn apply(&self, coupon: &StoredCoupon) -> Result<Applied, StoreError> {
+        let def = &coupon.definition;
+        let mut applied = Applied::default();
+        for shard in 0..def.shards {
+            let mut conn = self.conn.clone();
+            let reply: String = APPLY_SETTINGS
+                .key(self.keys.shard(&def.coupon_id, shard).meta())
+                .arg(coupon.version)
+                .arg(def.fingerprint())
+                .arg(def.status.as_str())
+                .arg(def.shard_rate().to_string())
+                .arg(def.shard_burst())
+                .arg(def.shard_stock(shard))
+                .arg(def.total_stock)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            match reply.as_str() {
+                "APPLIED" => applied.applied += 1,
+                "CURRENT" => applied.current += 1,
+                "MISSING" => applied.missing += 1,
+                other => return Err(protocol("apply_settings.lua", format!("unknown reply {other:?}"))),
+            }
+        }
+        Ok(applied)
+    }
+
+    async fn set_blacklisted(&self, user: &UserId, on: bool) -> Result<(), StoreError> {
+        if on {
+            self.blacklist(user).await
+        } else {
+            self.unblacklist(user).await
+        }
     }
 }
 

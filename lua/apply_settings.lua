@@ -1,0 +1,33 @@
+-- Applies an operator's change to one shard: status, rate, and the shard's
+-- share of the total stock, at a definition version. Idempotent and ordered:
+-- a shard that has applied this version (or a newer one) changes nothing, so
+-- a retry or a late, older change can never roll a shard back.
+-- KEYS: 1 meta
+-- ARGV: 1 version, 2 fingerprint, 3 status, 4 rate (per shard), 5 burst (per
+--       shard), 6 alloc (this shard's share of the total), 7 total stock
+-- Returns 'MISSING' (no state: a rebuild will use the durable definition)
+--       | 'CURRENT' (this version or a newer one is here) | 'APPLIED'
+local meta = KEYS[1]
+if redis.call('EXISTS', meta) == 0 then return 'MISSING' end
+local m = redis.call('HMGET', meta, 'version', 'alloc', 'total', 'rate', 'burst')
+local version = tonumber(ARGV[1])
+if (tonumber(m[1]) or 0) >= version then return 'CURRENT' end
+local alloc = tonumber(ARGV[6])
+local add = alloc - (tonumber(m[2]) or alloc)
+if add < 0 then
+  return redis.error_reply('ERR stock share would shrink from ' .. m[2] .. ' to ' .. ARGV[6])
+end
+redis.call('HSET', meta, 'version', ARGV[1], 'fingerprint', ARGV[2], 'status', ARGV[3],
+  'rate', ARGV[4], 'burst', ARGV[5], 'alloc', ARGV[6], 'total', ARGV[7])
+if add > 0 then redis.call('HINCRBY', meta, 'stock', add) end
+-- Stock added anywhere in the coupon: no shard may answer SOLD_OUT from a
+-- scan made before (every shard runs this script for the same version).
+if m[3] ~= ARGV[7] then
+  redis.call('HINCRBY', meta, 'epoch', 1)
+  redis.call('HDEL', meta, 'soldout')
+end
+-- A new rate starts with a full bucket of the new burst.
+if m[4] ~= ARGV[4] or m[5] ~= ARGV[5] then
+  redis.call('HDEL', meta, 'tokens', 'bucket_ms')
+end
+return 'APPLIED'
