@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := . infra/env.sh &&
 
-.PHONY: help setup stack build up demo pump down test test-rust test-infra lint fmt coupon
+.PHONY: help setup stack build up demo pump down test test-rust test-infra test-contract lint fmt coupon
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -19,7 +19,7 @@ coupon: stack build ## Create (preheat) the demo coupon from infra/demo-coupon.j
 	@$(ENV) target/debug/couponctl create infra/demo-coupon.json
 
 build: ## Build the functions and couponctl (debug)
-	@cargo build -q -p grab -p issuer -p reconciler -p wallet -p couponctl
+	@cargo build -q -p grab -p issuer -p reconciler -p wallet -p admin -p couponctl
 
 demo: setup build ## The main job: a whole flash sale locally, with a report
 	@bash infra/stop.sh >/dev/null; bash infra/start.sh >/dev/null
@@ -37,7 +37,7 @@ pump: ## Local SQS event source mapping + reconciler schedule (with make up)
 down: ## Stop what `make stack` started
 	@bash infra/stop.sh
 
-test: stack lint test-rust test-infra ## Everything CI runs: lint, Rust tests, infra checks
+test: stack lint test-rust test-infra test-contract ## Everything CI runs: lint, Rust tests, infra checks, API contract
 
 test-rust:
 	@$(ENV) cargo test --workspace --all-targets
@@ -46,6 +46,9 @@ test-infra:
 	@$(ENV) cfn-lint template.yaml
 	@$(ENV) SAM_CLI_TELEMETRY=0 sam validate --lint --region us-east-1 -t template.yaml >/dev/null
 	@$(ENV) python -m pytest -q infra/tests
+
+test-contract: stack build ## The served functions against docs/openapi.yaml (schemathesis)
+	@$(ENV) python infra/contract.py
 
 lint: ## Formatting and clippy, warnings are errors
 	cargo fmt --all -- --check

@@ -14,7 +14,9 @@ _root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 : "${VENV:=${_root}/.venv}"
 export REDIS_PORT AWS_PORT REDIS_URL REDIS_CLUSTER_PORTS REDIS_CLUSTER_URL AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY VENV
 # Queue URLs and table names as the endpoint reported them at provisioning.
-if [ -f "${_root}/.local/stack.env" ]; then
-  set -a; . "${_root}/.local/stack.env"; set +a
+# STACK_ENV picks another set (the contract test provisions its own).
+: "${STACK_ENV:=${_root}/.local/stack.env}"
+if [ -f "${STACK_ENV}" ]; then
+  set -a; . "${STACK_ENV}"; set +a
 fi
 export PATH="${VENV}/bin:${PATH}"

@@ -5,7 +5,12 @@ Talks to whatever AWS_ENDPOINT_URL points at (moto server, LocalStack). Safe
 to re-run: existing resources are left as they are (attributes are brought in
 line), and the resulting URLs and names are written to .local/stack.env for
 infra/env.sh to pick up.
+
+Usage: provision.py [--prefix P --env-file F]: a second, separate set of
+resources named P<name>, described in F (the contract test uses one of its
+own, so it starts from empty tables).
 """
+import argparse
 import json
 import os
 import pathlib
@@ -51,8 +56,8 @@ def add_missing_indexes(ddb, name, spec, table):
         print(f"added index {g['name']} to {name}")
 
 
-def ensure_table(ddb, spec):
-    name = spec["localName"]
+def ensure_table(ddb, spec, prefix=""):
+    name = prefix + spec["localName"]
     try:
         table = ddb.describe_table(TableName=name)["Table"]
         add_missing_indexes(ddb, name, spec, table)
@@ -89,7 +94,7 @@ def ensure_table(ddb, spec):
     return name
 
 
-def ensure_queue(sqs, spec, dlq_arn=None):
+def ensure_queue(sqs, spec, dlq_arn=None, prefix=""):
     attrs = {
         "VisibilityTimeout": str(spec["visibilityTimeout"]),
         "MessageRetentionPeriod": str(spec["messageRetentionPeriod"]),
@@ -98,29 +103,33 @@ def ensure_queue(sqs, spec, dlq_arn=None):
         attrs["RedrivePolicy"] = json.dumps(
             {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(spec["maxReceiveCount"])}
         )
-    url = sqs.create_queue(QueueName=spec["localName"])["QueueUrl"]
+    url = sqs.create_queue(QueueName=prefix + spec["localName"])["QueueUrl"]
     sqs.set_queue_attributes(QueueUrl=url, Attributes=attrs)
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     return url, arn
 
 
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--prefix", default="")
+    parser.add_argument("--env-file", default=str(ROOT / ".local" / "stack.env"))
+    args = parser.parse_args()
     resources = json.loads((ROOT / "infra" / "resources.json").read_text())
     ddb, sqs = client("dynamodb"), client("sqs")
     env = {}
     for spec in resources["tables"].values():
-        env[spec["env"]] = ensure_table(ddb, spec)
+        env[spec["env"]] = ensure_table(ddb, spec, args.prefix)
     queues = resources["queues"]
     arns = {}
     # Dead-letter queues first, so redrive policies can name them.
     for logical in sorted(queues, key=lambda q: "deadLetterQueue" in queues[q]):
         spec = queues[logical]
         dlq_arn = arns.get(spec.get("deadLetterQueue"))
-        url, arns[logical] = ensure_queue(sqs, spec, dlq_arn)
+        url, arns[logical] = ensure_queue(sqs, spec, dlq_arn, args.prefix)
         env[spec["env"]] = url
-    state = ROOT / ".local"
-    state.mkdir(exist_ok=True)
-    (state / "stack.env").write_text("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
+    out = pathlib.Path(args.env_file)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
     for k, v in sorted(env.items()):
         print(f"{k}={v}")
 

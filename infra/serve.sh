@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Serves the functions locally with `cargo lambda watch` (rebuilds on change)
+# Serves the functions locally with `cargo lambda watch` (rebuilds on change;
+# extra arguments go to it, e.g. --ignore-changes)
 # on 127.0.0.1:${LAMBDA_PORT:-9000}:
 #   POST /lambda-url/grab/coupons/{couponId}/grab      the grab (function URL)
 #   GET  /lambda-url/wallet/me/coupons                  the wallet
@@ -23,4 +24,5 @@ exec cargo lambda watch \
   --env-var "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL" \
   --env-var "AWS_REGION=$AWS_REGION" \
   --env-var "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID" \
-  --env-var "AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY"
+  --env-var "AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY" \
+  "$@"

@@ -190,3 +190,52 @@ def test_the_local_stack_provides_every_table_and_queue_setting_the_code_require
     required = set(re.findall(r'env\.required\("([A-Z_]+)"\)', source)) - {"REDIS_URL"}
     provided = {spec["env"] for kind in ("tables", "queues") for spec in resources()[kind].values()}
     assert required <= provided, required - provided
+
+
+def http_routes():
+    """(method, path, authorizer) of every HttpApi event in the template."""
+    routes = []
+    for res in template()["Resources"].values():
+        if res["Type"] != "AWS::Serverless::Function":
+            continue
+        for event in res["Properties"].get("Events", {}).values():
+            if event["Type"] == "HttpApi":
+                p = event["Properties"]
+                routes.append((p["Method"].lower(), p["Path"], p.get("Auth", {}).get("Authorizer")))
+    return routes
+
+
+def openapi():
+    return yaml.safe_load((ROOT / "docs" / "openapi.yaml").read_text())
+
+
+def test_the_openapi_document_describes_exactly_the_deployed_routes():
+    documented = {
+        (method, path)
+        for path, ops in openapi()["paths"].items()
+        for method in ops
+        if method in ("get", "put", "post", "delete", "patch")
+    }
+    deployed = {(m, p) for m, p, _ in http_routes()}
+    assert documented == deployed
+
+
+def test_admin_routes_use_iam_and_every_other_route_the_user_jwt():
+    api = template()["Resources"]["HttpApi"]["Properties"]["Auth"]
+    assert api["DefaultAuthorizer"] == "UserJwt"
+    assert api["EnableIamAuthorizer"] is True
+    for method, path, authorizer in http_routes():
+        if path.startswith("/admin/"):
+            assert authorizer == "AWS_IAM", (method, path)
+        else:
+            assert authorizer is None, (method, path)
+    doc = openapi()
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            scheme = "operatorSigV4" if path.startswith("/admin/") else "userJwt"
+            assert op["security"] == [{scheme: []}], (method, path)
+
+
+def test_the_admin_function_never_trusts_the_local_actor_header_in_aws():
+    env = template()["Resources"]["AdminFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["ADMIN_LOCAL_MODE"] == "false"

@@ -53,7 +53,8 @@ impl Lang {
 macro_rules! error_codes {
     ($($variant:ident => $code:literal, $status:literal, $en:literal, $zh:literal;)*) => {
         /// Every code a response can carry. Adding one is an API change:
-        /// update `docs/api.md` (a test checks the two agree).
+        /// update `docs/api.md` and `docs/openapi.yaml` (tests check that
+        /// both agree with this table).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum ErrorCode { $(
             #[doc = $en]
@@ -192,6 +193,29 @@ mod tests {
         assert_eq!(
             rows, expected,
             "docs/api.md's code table must match ErrorCode, in order"
+        );
+    }
+
+    #[test]
+    fn the_openapi_document_lists_every_error_code_in_table_order() {
+        let doc = include_str!("../../docs/openapi.yaml");
+        let start = doc
+            .find("    ErrorCode:\n")
+            .expect("docs/openapi.yaml has components.schemas.ErrorCode");
+        let listed: Vec<&str> = doc[start..]
+            .lines()
+            .skip_while(|l| l.trim() != "enum:")
+            .skip(1)
+            .map_while(|l| l.trim().strip_prefix("- "))
+            .collect();
+        let expected: Vec<&str> = ErrorCode::ALL
+            .iter()
+            .filter(|c| **c != ErrorCode::Success)
+            .map(|c| c.as_str())
+            .collect();
+        assert_eq!(
+            listed, expected,
+            "docs/openapi.yaml's ErrorCode enum must match ErrorCode"
         );
     }
 

@@ -10,6 +10,7 @@ mod bad_input;
 mod cluster;
 mod elasticache;
 mod flash_sale;
+mod hostile;
 mod identity;
 mod issuance;
 mod preheat;

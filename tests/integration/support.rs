@@ -757,6 +757,11 @@ impl Harness {
 }
 
 impl Event {
+    /// Wraps an event built elsewhere.
+    pub fn from_value(v: Value) -> Self {
+        Self(v)
+    }
+
     /// `tests/fixtures/admin_iam.json`: an IAM-signed admin call.
     pub fn admin(method: &str, path: &str, body: Option<Value>) -> Self {
         let mut v: Value = serde_json::from_str(include_str!("../fixtures/admin_iam.json")).unwrap();
