@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := . infra/env.sh &&
 
-.PHONY: help setup stack build up demo pump down test test-rust test-infra test-contract lint fmt coupon
+.PHONY: help setup stack build up demo pump down test test-rust test-infra test-contract bench lint fmt coupon
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ test-infra:
 
 test-contract: stack build ## The served functions against docs/openapi.yaml (schemathesis)
 	@$(ENV) python infra/contract.py
+
+bench: stack ## The benchmark: figures and ratios in target/bench/summary.json
+	@bash infra/bench.sh
 
 lint: ## Formatting and clippy, warnings are errors
 	cargo fmt --all -- --check
