@@ -229,6 +229,11 @@ pub trait DurableFacts: Send + Sync {
     async fn record_rebuild(&self, coupon: &CouponId, now_ms: i64, restored: u64) -> Result<(), StoreError>;
     /// True if the coupon's Redis state was ever rebuilt.
     async fn was_rebuilt(&self, coupon: &CouponId) -> Result<bool, StoreError>;
+    /// Every user on the durable blacklist (the record the Redis flags are
+    /// restored from after data loss).
+    async fn blacklisted_users(&self) -> Result<Vec<UserId>, StoreError>;
+    /// True if the durable blacklist has the user now.
+    async fn still_blacklisted(&self, user: &UserId) -> Result<bool, StoreError>;
 }
 
 /// What the reconciler reads from and repairs in Redis.
@@ -254,6 +259,11 @@ pub trait StockRepair: Send + Sync {
     ) -> Result<bool, StoreError>;
     /// Invalidates every shard's "sold out" stamp after stock was added.
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError>;
+    /// Sets the user's blacklist flag unless it is there; `Ok(true)` if it
+    /// had to be set (it was lost).
+    async fn restore_blacklist_flag(&self, user: &UserId) -> Result<bool, StoreError>;
+    /// Removes the user's blacklist flag.
+    async fn clear_blacklist_flag(&self, user: &UserId) -> Result<(), StoreError>;
     /// Borrows reserved before `before_ms` and never settled.
     async fn stale_borrows(
         &self,

@@ -17,6 +17,9 @@
 //! 5. Checks `total = remaining + issued + pending + rejected` and reports
 //!    any drift with its cause.
 //!
+//! Once per run, blacklist flags Redis lost are set again from the durable
+//! blacklist (never one an operator lifted meanwhile).
+//!
 //! Every step is idempotent or guarded, so two runs at once, or a run that
 //! dies half way, leave nothing wrong: re-drives are absorbed by the
 //! issuer's conditional writes, a trim only removes confirmed entries, and a
@@ -104,6 +107,8 @@ pub struct ReconcileReport {
     /// Coupons that could not be reconciled this time (they are retried on
     /// the next run).
     pub errors: Vec<String>,
+    /// Blacklist flags Redis had lost, set again from the durable list.
+    pub blacklist_restored: u64,
 }
 
 impl ReconcileReport {
@@ -169,6 +174,10 @@ impl Reconciler {
                 }
             }
         }
+        match self.restore_blacklist().await {
+            Ok(n) => report.blacklist_restored = n,
+            Err(e) => report.errors.push(format!("blacklist: {e}")),
+        }
         match self.redrive.dlq_depth().await {
             Ok(depth) => report.dlq_depth = depth,
             Err(e) => report.errors.push(format!("dead-letter queue: {e}")),
@@ -181,6 +190,28 @@ impl Reconciler {
         self.metrics.count("ReconcileDriftTotal", None, drift);
         info!(coupons = report.coupons.len(), clean = report.is_clean(), "reconciled");
         Ok(report)
+    }
+
+    /// Sets the blacklist flags Redis lost (after a flush or a failover
+    /// without a replica). A flag set here for a user whom an operator took
+    /// off the list meanwhile is removed again: the durable list is read
+    /// once more after each flag this pass had to set, so a removal is never
+    /// undone (the operator's own Redis step runs after the durable delete).
+    async fn restore_blacklist(&self) -> Result<u64, StoreError> {
+        let mut restored = 0;
+        for user in self.facts.blacklisted_users().await? {
+            if self.repair.restore_blacklist_flag(&user).await? {
+                if self.facts.still_blacklisted(&user).await? {
+                    restored += 1;
+                } else {
+                    self.repair.clear_blacklist_flag(&user).await?;
+                }
+            }
+        }
+        if restored > 0 {
+            warn!(restored, "blacklist flags restored from the durable list");
+        }
+        Ok(restored)
     }
 
     fn publish(&self, r: &CouponReport) {

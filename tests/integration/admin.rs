@@ -458,3 +458,25 @@ async fn admin_routes_refuse_a_user_token_and_an_anonymous_caller() {
     let still = h.admin_call("GET", &path(&def, ""), None).await;
     assert_eq!(still.body["data"]["coupon"]["status"], "ONLINE");
 }
+
+#[tokio::test]
+async fn the_reconciler_restores_blacklist_flags_redis_lost_but_never_a_lifted_one() {
+    let h = Harness::new().await;
+    let def = h.coupon(10);
+    h.admin_create(&def).await;
+    let kept = unique("bl-kept");
+    let lifted = unique("bl-lifted");
+    for user in [&kept, &lifted] {
+        h.admin_call("PUT", &format!("/admin/blacklist/{user}"), None).await;
+    }
+    h.admin_call("DELETE", &format!("/admin/blacklist/{lifted}"), None)
+        .await;
+    h.flush_redis().await; // the cache loses every flag
+    assert_eq!(h.grab(&def.coupon_id, &kept, "before").await.code(), "COUPON_NOT_FOUND");
+
+    let report = h.reconciler_to(&h.queue_url).run().await.expect("reconcile");
+    assert!(report.blacklist_restored >= 1, "{report:?}");
+    let refused = h.grab(&def.coupon_id, &kept, "after").await;
+    assert_eq!(refused.body["data"]["reason"], "BLACKLISTED", "{}", refused.body);
+    assert_eq!(h.grab(&def.coupon_id, &lifted, "after").await.code(), "SUCCESS");
+}

@@ -578,6 +578,15 @@ impl DurableFacts for OwnCoupons {
     async fn was_rebuilt(&self, c: &CouponId) -> Result<bool, coupon_shared::error::StoreError> {
         self.inner.was_rebuilt(c).await
     }
+    async fn blacklisted_users(&self) -> Result<Vec<coupon_shared::ids::UserId>, coupon_shared::error::StoreError> {
+        self.inner.blacklisted_users().await
+    }
+    async fn still_blacklisted(
+        &self,
+        u: &coupon_shared::ids::UserId,
+    ) -> Result<bool, coupon_shared::error::StoreError> {
+        self.inner.still_blacklisted(u).await
+    }
 }
 
 /// An SQS event as the event source mapping sends it.

@@ -288,9 +288,7 @@ impl DynamoLedger {
         key_condition: &str,
         values: Item,
     ) -> Result<Vec<Item>, StoreError> {
-        let mut items = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
+        paginate(|start| async {
             let out = self
                 .client
                 .query()
@@ -299,16 +297,32 @@ impl DynamoLedger {
                 .key_condition_expression(key_condition)
                 .set_expression_attribute_values(Some(values.clone()))
                 .set_consistent_read(index.is_none().then_some(true))
-                .set_exclusive_start_key(start.take())
+                .set_exclusive_start_key(start)
                 .send()
                 .await
                 .map_err(unavailable)?;
-            items.extend(out.items.unwrap_or_default());
-            match out.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => return Ok(items),
-            }
-        }
+            Ok((out.items.unwrap_or_default(), out.last_evaluated_key))
+        })
+        .await
+    }
+
+    /// Every item of the coupons table that matches `filter` (a scan: the
+    /// reconciler's once-per-run reads).
+    async fn scan_coupons(&self, filter: &str, values: Item) -> Result<Vec<Item>, StoreError> {
+        paginate(|start| async {
+            let out = self
+                .client
+                .scan()
+                .table_name(&self.coupons_table)
+                .filter_expression(filter)
+                .set_expression_attribute_values(Some(values.clone()))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(unavailable)?;
+            Ok((out.items.unwrap_or_default(), out.last_evaluated_key))
+        })
+        .await
     }
 
     async fn coupon_items(&self, coupon: &CouponId, prefix: &str) -> Result<Vec<Item>, StoreError> {
@@ -322,6 +336,25 @@ impl DynamoLedger {
             ]),
         )
         .await
+    }
+}
+
+/// Reads every page: `page(start)` returns one page's items and the key to
+/// go on from (absent or empty on the last page).
+async fn paginate<F, Fut>(mut page: F) -> Result<Vec<Item>, StoreError>
+where
+    F: FnMut(Option<Item>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<Item>, Option<Item>), StoreError>>,
+{
+    let mut items = Vec::new();
+    let mut start = None;
+    loop {
+        let (page_items, next) = page(start.take()).await?;
+        items.extend(page_items);
+        match next {
+            Some(key) if !key.is_empty() => start = Some(key),
+            _ => return Ok(items),
+        }
     }
 }
 
@@ -502,27 +535,10 @@ impl WalletStore for DynamoLedger {
 #[async_trait]
 impl DurableFacts for DynamoLedger {
     async fn definitions(&self) -> Result<Vec<CouponDefinition>, StoreError> {
-        let mut defs = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let out = self
-                .client
-                .scan()
-                .table_name(&self.coupons_table)
-                .filter_expression("sk = :def")
-                .expression_attribute_values(":def", s("DEF"))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(unavailable)?;
-            for item in out.items.unwrap_or_default() {
-                defs.push(parse_definition(&item)?);
-            }
-            match out.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => return Ok(defs),
-            }
-        }
+        let items = self
+            .scan_coupons("sk = :def", HashMap::from([(":def".to_owned(), s("DEF"))]))
+            .await?;
+        items.iter().map(parse_definition).collect()
     }
 
     async fn issued(&self, coupon: &CouponId) -> Result<u64, StoreError> {
@@ -637,6 +653,26 @@ impl DurableFacts for DynamoLedger {
 
     async fn was_rebuilt(&self, coupon: &CouponId) -> Result<bool, StoreError> {
         Ok(!self.coupon_items(coupon, "REBUILD#").await?.is_empty())
+    }
+
+    async fn blacklisted_users(&self) -> Result<Vec<UserId>, StoreError> {
+        let items = self
+            .scan_coupons(
+                "sk = :entry AND begins_with(pk, :black)",
+                HashMap::from([
+                    (":entry".to_owned(), s("ENTRY")),
+                    (":black".to_owned(), s("BLACKLIST#")),
+                ]),
+            )
+            .await?;
+        Ok(items
+            .iter()
+            .filter_map(|i| get_s(i, "user_id").and_then(|u| UserId::parse(u).ok()))
+            .collect())
+    }
+
+    async fn still_blacklisted(&self, user: &UserId) -> Result<bool, StoreError> {
+        AdminStore::is_blacklisted(self, user).await
     }
 }
 

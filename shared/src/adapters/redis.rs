@@ -597,6 +597,22 @@ impl StockRepair for RedisStore {
         }
     }
 
+    async fn restore_blacklist_flag(&self, user: &UserId) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let set: Option<String> = redis::cmd("SET")
+            .arg(self.keys.user_blacklist(user))
+            .arg(1)
+            .arg("NX")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(set.is_some())
+    }
+
+    async fn clear_blacklist_flag(&self, user: &UserId) -> Result<(), StoreError> {
+        self.unblacklist(user).await
+    }
+
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
         BUMP_EPOCH
