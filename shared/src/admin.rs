@@ -312,6 +312,18 @@ const CHANGE_ATTEMPTS: usize = 4;
 /// Most stock one call may add (the configured maximum bounds the total).
 pub const MAX_STOCK_ADDITION: u64 = 1_000_000_000;
 
+/// Most audit entries one answer carries.
+pub const MAX_AUDIT_PAGE: usize = 1_000;
+
+/// The latest `limit` of `entries` (given oldest first), newest first, and
+/// whether older ones were left out.
+fn newest(mut entries: Vec<AuditEntry>, limit: usize) -> (Vec<AuditEntry>, bool) {
+    entries.reverse();
+    let more = entries.len() > limit;
+    entries.truncate(limit);
+    (entries, more)
+}
+
 impl AdminService {
     /// Wires the service.
     pub fn new(ports: AdminPorts) -> Self {
@@ -513,11 +525,12 @@ impl AdminService {
         Ok(())
     }
 
-    /// Whether the user is blacklisted, and the user's audit entries.
+    /// Whether the user is blacklisted, and the user's latest audit entries
+    /// (newest first, at most [`MAX_AUDIT_PAGE`]).
     pub async fn blacklist_entry(&self, user: &UserId) -> Result<(bool, Vec<AuditEntry>), AdminError> {
         let on = self.ports.store.is_blacklisted(user).await?;
         let audit = self.ports.store.audit(&AuditTarget::User(user.clone())).await?;
-        Ok((on, audit))
+        Ok((on, newest(audit, MAX_AUDIT_PAGE).0))
     }
 
     /// Runs one reconciliation pass over the coupon now, keeps the report
@@ -549,10 +562,13 @@ impl AdminService {
             .ok_or(AdminError::ReportNotFound)
     }
 
-    /// The coupon's audit log, oldest first.
-    pub async fn audit(&self, coupon: &CouponId) -> Result<Vec<AuditEntry>, AdminError> {
+    /// The coupon's latest `limit` audit entries, newest first, and whether
+    /// there are older ones. Bounded, so a long-running campaign's log never
+    /// makes an answer too large for API Gateway and Lambda.
+    pub async fn audit(&self, coupon: &CouponId, limit: usize) -> Result<(Vec<AuditEntry>, bool), AdminError> {
         self.ports.store.stored(coupon).await?.ok_or(AdminError::NotFound)?;
-        Ok(self.ports.store.audit(&AuditTarget::Coupon(coupon.clone())).await?)
+        let entries = self.ports.store.audit(&AuditTarget::Coupon(coupon.clone())).await?;
+        Ok(newest(entries, limit))
     }
 }
 

@@ -347,12 +347,27 @@ async fn every_change_is_audited_with_who_what_and_when() {
         .await;
     h.admin_call("POST", &path(&def, "/reconcile"), None).await;
     let audit = h.admin_call("GET", &path(&def, "/audit"), None).await;
-    let entries = audit.body["data"]["entries"].as_array().unwrap().clone();
+    let mut entries = audit.body["data"]["entries"].as_array().unwrap().clone();
+    assert_eq!(audit.body["data"]["more"], false);
+    entries.reverse(); // newest first on the wire
     let actions: Vec<&str> = entries.iter().map(|e| e["action"].as_str().unwrap()).collect();
     assert_eq!(
         actions,
         ["CREATE_COUPON", "SET_STATUS", "ADD_STOCK", "SET_RATE", "RECONCILE"]
     );
+    let audit_query = |q: &str| Event::admin("GET", &path(&def, "/audit"), None).query(q).build();
+    let latest = h.admin_send(audit_query("limit=2")).await;
+    let latest: Vec<&str> = latest.body["data"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(latest, ["RECONCILE", "SET_RATE"]);
+    for bad in ["0", "1001", "x", "-1"] {
+        let r = h.admin_send(audit_query(&format!("limit={bad}"))).await;
+        assert_eq!(r.code(), "INVALID_REQUEST", "limit={bad}");
+    }
     assert!(entries
         .iter()
         .all(|e| e["actor"] == "arn:aws:iam::123456789012:user/campaign-ops"));

@@ -642,6 +642,11 @@ impl Event {
         Self(serde_json::from_str(include_str!("../fixtures/grab_function_url.json")).unwrap())
     }
 
+    pub fn query(mut self, raw: &str) -> Self {
+        self.0["rawQueryString"] = raw.into();
+        self
+    }
+
     pub fn path(mut self, path: &str) -> Self {
         self.0["rawPath"] = path.into();
         self.0["requestContext"]["http"]["path"] = path.into();

@@ -10,7 +10,7 @@
 //! | PUT | `/admin/coupons/{couponId}/status` | `{"status": "ONLINE" \| "OFFLINE"}` |
 //! | POST | `/admin/coupons/{couponId}/stock` | `{"add": n}`, with `Idempotency-Key` |
 //! | PUT | `/admin/coupons/{couponId}/rate` | `{"ratePerSec": r, "burst": b}` |
-//! | GET | `/admin/coupons/{couponId}/audit` | who changed what, when |
+//! | GET | `/admin/coupons/{couponId}/audit` | who changed what, when (`?limit=`, newest first) |
 //! | POST, GET | `/admin/coupons/{couponId}/reconcile` | run one pass now / read the last report |
 //! | PUT, DELETE, GET | `/admin/blacklist/{userId}` | blacklist a user, lift it, read it |
 //!
@@ -36,7 +36,7 @@ use coupon_edge::render::Reply;
 use coupon_shared::adapters::dynamodb::{self, DynamoCouponRepository, DynamoLedger};
 use coupon_shared::adapters::redis::RedisStore;
 use coupon_shared::adapters::sqs::{self, SqsRedrive};
-use coupon_shared::admin::{Actor, AdminContext, AdminError, AdminPorts, AdminService, RateChange};
+use coupon_shared::admin::{Actor, AdminContext, AdminError, AdminPorts, AdminService, RateChange, MAX_AUDIT_PAGE};
 use coupon_shared::clock::Clock;
 use coupon_shared::config::AdminConfig;
 use coupon_shared::coupon::{CouponDefinition, CouponStatus};
@@ -278,9 +278,12 @@ async fn dispatch(app: &AdminApp, req: &Request, ctx: &AdminContext, route: Rout
             (Err(r), _) | (_, Err(r)) => return *r,
             (Ok(id), Ok(b)) => s.set_rate(ctx, &id, b).await.map(|v| json!(v)),
         },
-        Route::Audit(id) => match coupon_id(&id) {
-            Err(r) => return *r,
-            Ok(id) => s.audit(&id).await.map(|entries| json!({"entries": entries})),
+        Route::Audit(id) => match (coupon_id(&id), audit_limit(req)) {
+            (Err(r), _) | (_, Err(r)) => return *r,
+            (Ok(id), Ok(limit)) => s
+                .audit(&id, limit)
+                .await
+                .map(|(entries, more)| json!({"entries": entries, "more": more})),
         },
         Route::Reconcile(id) => match coupon_id(&id) {
             Err(r) => return *r,
@@ -328,6 +331,24 @@ pub fn error_reply(e: AdminError) -> Reply {
             error!(error = %e, source = ?std::error::Error::source(&e), "admin operation undecided");
             Reply::error(ErrorCode::Busy).with_header(header::RETRY_AFTER, "1")
         }
+    }
+}
+
+/// `?limit=` of the audit route: 1 to 1000, 100 when absent.
+fn audit_limit(req: &Request) -> Result<usize, Box<Reply>> {
+    let raw = req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("limit="));
+    match raw {
+        None => Ok(100),
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_AUDIT_PAGE).contains(n))
+            .ok_or_else(|| Box::new(Reply::invalid(format!("limit must be between 1 and {MAX_AUDIT_PAGE}")))),
     }
 }
 
