@@ -158,8 +158,9 @@ pub trait AdminStore: Send + Sync {
     /// Records an entry on its own (creates, reconciliations). `Ok(false)` if
     /// an entry with this operation id exists already.
     async fn record(&self, target: &AuditTarget, entry: &AuditEntry) -> Result<bool, StoreError>;
-    /// A target's entries, oldest first.
-    async fn audit(&self, target: &AuditTarget) -> Result<Vec<AuditEntry>, StoreError>;
+    /// A target's latest `limit` entries, newest first, and whether older
+    /// ones exist. Reads at most `limit + 1` entries.
+    async fn audit(&self, target: &AuditTarget, limit: usize) -> Result<(Vec<AuditEntry>, bool), StoreError>;
     /// Puts the user on or off the durable blacklist, with its entry.
     async fn set_blacklisted(&self, user: &UserId, on: bool, entry: &AuditEntry) -> Result<(), StoreError>;
     /// True if the durable blacklist has the user.
@@ -314,15 +315,6 @@ pub const MAX_STOCK_ADDITION: u64 = 1_000_000_000;
 
 /// Most audit entries one answer carries.
 pub const MAX_AUDIT_PAGE: usize = 1_000;
-
-/// The latest `limit` of `entries` (given oldest first), newest first, and
-/// whether older ones were left out.
-fn newest(mut entries: Vec<AuditEntry>, limit: usize) -> (Vec<AuditEntry>, bool) {
-    entries.reverse();
-    let more = entries.len() > limit;
-    entries.truncate(limit);
-    (entries, more)
-}
 
 impl AdminService {
     /// Wires the service.
@@ -529,8 +521,12 @@ impl AdminService {
     /// (newest first, at most [`MAX_AUDIT_PAGE`]).
     pub async fn blacklist_entry(&self, user: &UserId) -> Result<(bool, Vec<AuditEntry>), AdminError> {
         let on = self.ports.store.is_blacklisted(user).await?;
-        let audit = self.ports.store.audit(&AuditTarget::User(user.clone())).await?;
-        Ok((on, newest(audit, MAX_AUDIT_PAGE).0))
+        let (audit, _) = self
+            .ports
+            .store
+            .audit(&AuditTarget::User(user.clone()), MAX_AUDIT_PAGE)
+            .await?;
+        Ok((on, audit))
     }
 
     /// Runs one reconciliation pass over the coupon now, keeps the report
@@ -567,8 +563,11 @@ impl AdminService {
     /// makes an answer too large for API Gateway and Lambda.
     pub async fn audit(&self, coupon: &CouponId, limit: usize) -> Result<(Vec<AuditEntry>, bool), AdminError> {
         self.ports.store.stored(coupon).await?.ok_or(AdminError::NotFound)?;
-        let entries = self.ports.store.audit(&AuditTarget::Coupon(coupon.clone())).await?;
-        Ok(newest(entries, limit))
+        Ok(self
+            .ports
+            .store
+            .audit(&AuditTarget::Coupon(coupon.clone()), limit)
+            .await?)
     }
 }
 

@@ -9,10 +9,10 @@
 //! | coupons | `COUPON#<id>` | `COUNTER#<k>` | capped counter `k`: `cap`, `issued` |
 //! | coupons | `COUPON#<id>` | `GRANT#<grantId>` | a rejected grant and why |
 //! | coupons | `COUPON#<id>` | `REBUILD#<ms>` | Redis was rebuilt from here |
-//! | coupons | `COUPON#<id>` | `AUDIT#<operation>` | an admin change: who, what, when |
+//! | coupons | `COUPON#<id>` | `AUDIT#<ms>#<operation>` | an admin change: who, what, when |
 //! | coupons | `COUPON#<id>` | `OP#<key>` | an idempotency key an admin change claimed |
 //! | coupons | `COUPON#<id>` | `REPORT` | the latest on-demand reconciliation report |
-//! | coupons | `BLACKLIST#<user>` | `ENTRY` / `AUDIT#<operation>` | the durable blacklist and its log |
+//! | coupons | `BLACKLIST#<user>` | `ENTRY` / `AUDIT#<ms>#<operation>` | the durable blacklist and its log |
 //! | user coupons | `USER#<user>` | `COUPON#<id>#<ordinal>` | a coupon in a wallet |
 //!
 //! A coupon's data shares one partition; a user's wallet is one query. The
@@ -683,10 +683,23 @@ fn audit_pk(target: &AuditTarget) -> String {
     }
 }
 
+/// `AUDIT#<ms, 15 digits>#<operation>`: sorted by time, so the latest
+/// entries are one descending, limited query. A coupon's creation is
+/// recorded under time 0: it sorts first, and a retried create (same
+/// operation id) finds its entry instead of adding a second one.
+fn audit_sk(entry: &AuditEntry) -> String {
+    let ms = if entry.action == crate::admin::AdminAction::CreateCoupon {
+        0
+    } else {
+        entry.at_ms.max(0)
+    };
+    format!("AUDIT#{ms:015}#{}", entry.operation_id)
+}
+
 fn audit_item(pk: String, entry: &AuditEntry) -> Result<Item, StoreError> {
     Ok(HashMap::from([
         ("pk".to_owned(), s(pk)),
-        ("sk".to_owned(), s(format!("AUDIT#{}", entry.operation_id))),
+        ("sk".to_owned(), s(audit_sk(entry))),
         ("actor".to_owned(), s(entry.actor.as_str())),
         (
             "action".to_owned(),
@@ -856,27 +869,32 @@ impl AdminStore for DynamoLedger {
         }
     }
 
-    async fn audit(&self, target: &AuditTarget) -> Result<Vec<AuditEntry>, StoreError> {
-        let items = self
-            .query_all(
-                &self.coupons_table,
-                None,
-                "pk = :pk AND begins_with(sk, :prefix)",
-                HashMap::from([
-                    (":pk".to_owned(), s(audit_pk(target))),
-                    (":prefix".to_owned(), s("AUDIT#")),
-                ]),
-            )
-            .await?;
-        let mut entries = items
+    async fn audit(&self, target: &AuditTarget, limit: usize) -> Result<(Vec<AuditEntry>, bool), StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.coupons_table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+            .expression_attribute_values(":pk", s(audit_pk(target)))
+            .expression_attribute_values(":prefix", s("AUDIT#"))
+            .scan_index_forward(false)
+            .limit(i32::try_from(limit + 1).unwrap_or(i32::MAX))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        let mut entries = out
+            .items
+            .unwrap_or_default()
             .iter()
             .map(|i| {
                 let json = get_s(i, "entry").ok_or_else(|| malformed("audit entry", "no entry attribute"))?;
                 serde_json::from_str::<AuditEntry>(json).map_err(|e| malformed("audit entry", e.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        entries.sort_by(|a, b| a.at_ms.cmp(&b.at_ms).then_with(|| a.operation_id.cmp(&b.operation_id)));
-        Ok(entries)
+        let more = entries.len() > limit;
+        entries.truncate(limit);
+        Ok((entries, more))
     }
 
     async fn set_blacklisted(&self, user: &UserId, on: bool, entry: &AuditEntry) -> Result<(), StoreError> {
