@@ -25,8 +25,8 @@ demo: setup build ## The main job: a whole flash sale locally, with a report
 	@bash infra/stop.sh >/dev/null; bash infra/start.sh >/dev/null
 	@$(ENV) python infra/demo.py
 
-up: coupon ## Stack + demo coupon, then serve the functions on 127.0.0.1:9000
-	@echo "grab: curl -X POST http://127.0.0.1:9000/lambda-url/grab/coupons/demo/grab \\"
+up: coupon ## Stack + demo coupon, then serve the functions on 127.0.0.1:$LAMBDA_PORT (9000)
+	@$(ENV) echo "grab: curl -X POST http://127.0.0.1:$$LAMBDA_PORT/lambda-url/grab/coupons/demo/grab \\"
 	@echo "        -H 'content-type: application/json' -H 'X-User-Id: alice' -d '{\"requestId\":\"press-1\"}'"
 	@echo "issuance: in another terminal, make pump"
 	@bash infra/serve.sh

@@ -14,8 +14,6 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 state="$root/.local/bench"
 mkdir -p "$state" target/bench
-: "${BENCH_REDIS_PORT:=6391}"
-: "${BENCH_AWS_PORT:=4568}"
 
 pids=()
 cleanup() {

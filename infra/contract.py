@@ -1,7 +1,8 @@
 """The running API conforms to docs/openapi.yaml.
 
 Serves the functions with `cargo lambda watch` (infra/serve.sh, on
-LAMBDA_PORT, 9100 by default so it does not meet a `make up` on 9000), seeds
+CONTRACT_LAMBDA_PORT from infra/env.sh, so it never meets a `make up`; it
+refuses to start if anything already listens there or on its moto port), seeds
 a coupon through the admin API so generated requests also reach real data,
 then runs schemathesis against each function's routes: generated valid and
 invalid requests (bodies, path ids, headers), checking
@@ -25,13 +26,18 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
-PORT = int(os.environ.get("LAMBDA_PORT", "9100"))
+sys.path.insert(0, str(ROOT / "infra"))
+from localenv import port  # noqa: E402
+
+PORT = port("CONTRACT_LAMBDA_PORT")
+AWS_PORT = port("CONTRACT_AWS_PORT")
 
 # Which operations each function serves (schemathesis filters by path).
 FUNCTIONS = {
@@ -116,21 +122,33 @@ def own_endpoint():
     """A private moto server, fresh and empty, for this run: the emulator's
     transactions copy its whole state, so the suite's leftovers in the shared
     one would slow every admin write. Returns (process, endpoint URL)."""
-    port = int(os.environ.get("CONTRACT_AWS_PORT", "4567"))
+    refuse_if_taken("CONTRACT_AWS_PORT", AWS_PORT)
     log = open(ROOT / ".local" / "contract-moto.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "infra" / "moto_server.py"), "-H", HOST, "-p", str(port)],
+        [sys.executable, str(ROOT / "infra" / "moto_server.py"), "-H", HOST, "-p", str(AWS_PORT)],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     for _ in range(100):
         try:
-            http.client.HTTPConnection(HOST, port, timeout=1).request("GET", "/")
+            http.client.HTTPConnection(HOST, AWS_PORT, timeout=1).request("GET", "/")
             break
         except OSError:
+            if proc.poll() is not None:
+                sys.exit(f"moto exited; see {log.name}")
             time.sleep(0.2)
-    return proc, f"http://{HOST}:{port}"
+    return proc, f"http://{HOST}:{AWS_PORT}"
+
+
+def refuse_if_taken(name, number):
+    """Exits if something already listens on the port: the run would test
+    that instead of what it starts (another `make up`, an earlier run)."""
+    try:
+        socket.create_connection((HOST, number), timeout=1).close()
+    except OSError:
+        return
+    sys.exit(f"{name}={number} is in use by a process this run did not start; stop it or choose another port")
 
 
 def provision(endpoint):
@@ -145,6 +163,7 @@ def provision(endpoint):
 
 
 def serve(endpoint, env_file):
+    refuse_if_taken("CONTRACT_LAMBDA_PORT", PORT)
     log = open(ROOT / ".local" / "contract-watch.log", "w")
     # One instance per function, started by the warm-up below: the emulator
     # starts further instances on demand with `cargo run`, and a request that
@@ -249,11 +268,14 @@ def main():
                 PYTHONDONTWRITEBYTECODE="1",
                 PYTHONPATH=str(ROOT / "infra"),
             )
-            if subprocess.run(cmd, cwd=ROOT, env=env).returncode != 0:
+            # Run from .local/: schemathesis keeps its cache (found crashes,
+            # with absolute paths and ports) in the working directory, which
+            # is machine state, not part of the repository.
+            if subprocess.run(cmd, cwd=ROOT / ".local", env=env).returncode != 0:
                 failed.append(function)
     finally:
         if os.environ.get("CONTRACT_KEEP") == "1":
-            print(f"kept running: functions on {PORT}, moto on {os.environ.get('CONTRACT_AWS_PORT', '4567')}")
+            print(f"kept running: functions on {PORT}, moto on {AWS_PORT}")
             return
         for p in (proc, moto):
             if p is not None:

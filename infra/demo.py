@@ -31,9 +31,10 @@ import boto3
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import pump as pumpmod  # noqa: E402
+from localenv import port  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-HOST, PORT = "127.0.0.1", int(os.environ.get("LAMBDA_PORT", "9000"))
+HOST, PORT = "127.0.0.1", port("LAMBDA_PORT")
 
 
 def listening():

@@ -1,8 +1,19 @@
 # Sourced by the infra scripts and the Makefile: the local stack's settings.
 # Every value can be overridden from the environment.
 _root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# Every port the local stack, the tests and the benchmark use, read here and
+# nowhere else (scripts take them from the environment this file sets).
 : "${REDIS_PORT:=6379}"
 : "${AWS_PORT:=4566}"
+# `make up` / `make pump` / `make demo`: the functions under cargo lambda watch.
+: "${LAMBDA_PORT:=9000}"
+# `make test-contract`: its own functions and its own moto, so it never meets
+# a `make up` or the shared endpoint.
+: "${CONTRACT_LAMBDA_PORT:=9100}"
+: "${CONTRACT_AWS_PORT:=4567}"
+# `make bench`: a dedicated redis-server and moto.
+: "${BENCH_REDIS_PORT:=6391}"
+: "${BENCH_AWS_PORT:=4568}"
 : "${REDIS_URL:=redis://127.0.0.1:${REDIS_PORT}}"
 # A local 3-master Redis Cluster for the cluster tests (ElastiCache cluster mode).
 : "${REDIS_CLUSTER_PORTS:=7001 7002 7003}"
@@ -12,7 +23,7 @@ _root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 : "${AWS_ACCESS_KEY_ID:=test}"
 : "${AWS_SECRET_ACCESS_KEY:=test}"
 : "${VENV:=${_root}/.venv}"
-export REDIS_PORT AWS_PORT REDIS_URL REDIS_CLUSTER_PORTS REDIS_CLUSTER_URL AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY VENV
+export REDIS_PORT AWS_PORT LAMBDA_PORT CONTRACT_LAMBDA_PORT CONTRACT_AWS_PORT BENCH_REDIS_PORT BENCH_AWS_PORT REDIS_URL REDIS_CLUSTER_PORTS REDIS_CLUSTER_URL AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY VENV
 # Queue URLs and table names as the endpoint reported them at provisioning.
 # STACK_ENV picks another set (the contract test provisions its own).
 : "${STACK_ENV:=${_root}/.local/stack.env}"

@@ -24,7 +24,9 @@ import urllib.request
 
 import boto3
 
-LAMBDA = os.environ.get("LAMBDA_URL", "http://127.0.0.1:9000")
+from localenv import port
+
+LAMBDA = f"http://127.0.0.1:{port('LAMBDA_PORT')}"
 RETRY_AFTER_SECONDS = 2
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Serves the functions locally with `cargo lambda watch` (rebuilds on change;
 # extra arguments go to it, e.g. --ignore-changes)
-# on 127.0.0.1:${LAMBDA_PORT:-9000}:
+# on 127.0.0.1:$LAMBDA_PORT (infra/env.sh; 9000 unless set):
 #   POST /lambda-url/grab/coupons/{couponId}/grab      the grab (function URL)
 #   GET  /lambda-url/wallet/me/coupons                  the wallet
 #   POST /2015-03-31/functions/{name}/invocations       invoke API (issuer,
@@ -13,7 +13,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 exec cargo lambda watch \
   --invoke-address 127.0.0.1 \
-  --invoke-port "${LAMBDA_PORT:-9000}" \
+  --invoke-port "$LAMBDA_PORT" \
   --concurrency "${LAMBDA_CONCURRENCY:-4}" \
   --env-file "$root/infra/local.env" \
   --env-var "REDIS_URL=$REDIS_URL" \

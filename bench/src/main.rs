@@ -34,6 +34,8 @@ mod scenarios;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use coupon_adapters::config::TableNames;
+
 use serde_json::{json, Value};
 
 /// Where things are (from `infra/bench.sh`).
@@ -44,10 +46,8 @@ pub struct BenchEnv {
     pub redis_port: u16,
     /// The local Redis Cluster (a seed node), if running.
     pub cluster_url: Option<String>,
-    /// Tables and queue on the private moto server.
-    pub coupons_table: String,
-    /// User coupons table.
-    pub user_coupons_table: String,
+    /// Tables on the private moto server.
+    pub tables: TableNames,
     /// The grant queue.
     pub queue_url: String,
     /// How long each throughput run lasts.
@@ -78,8 +78,7 @@ impl BenchEnv {
             redis_url,
             redis_port,
             cluster_url: env("BENCH_CLUSTER_URL"),
-            coupons_table: need("COUPONS_TABLE")?,
-            user_coupons_table: need("USER_COUPONS_TABLE")?,
+            tables: TableNames::from_env(&coupon_domain::config::Env::process()).map_err(|e| e.to_string())?,
             queue_url: need("GRANT_QUEUE_URL")?,
             run: Duration::from_millis(env("BENCH_RUN_MS").and_then(|v| v.parse().ok()).unwrap_or(3_000)),
             levels: env("BENCH_LEVELS")

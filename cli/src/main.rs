@@ -2,24 +2,24 @@
 //!
 //! ```text
 //! couponctl create FILE|-      create (and preheat) a coupon from JSON
-//! couponctl show COUPON_ID     print a coupon's stored definition
+//! couponctl show COUPON_ID     print a coupon's definition and live figures
 //! ```
 //!
-//! Settings come from the environment, as for the functions: `REDIS_URL`,
-//! `COUPONS_TABLE`, the standard AWS variables (`AWS_ENDPOINT_URL` for a
-//! local endpoint). The admin HTTP API serves the same operations in AWS.
+//! Settings come from the environment, as for the admin function
+//! (`admin::Config`): `REDIS_URL`, `COUPONS_TABLE`, `USER_COUPONS_TABLE`,
+//! `GRANT_QUEUE_URL`, the standard AWS variables (`AWS_ENDPOINT_URL` for a
+//! local endpoint). It runs the admin use cases through `admin::wire`, so a
+//! create here is validated, preheated and audited exactly as through the
+//! admin API; the operator is recorded as `couponctl:<$USER>`.
 
 use std::io::Read;
 use std::process::ExitCode;
 
-use coupon_shared::adapters::dynamodb::{Client, DynamoCouponRepository};
-use coupon_shared::adapters::{aws, redis::RedisStore};
-use coupon_shared::clock::SystemClock;
-use coupon_shared::config::{AdminConfig, AwsCallSettings, RiskLimits};
-use coupon_shared::coupon::CouponDefinition;
-use coupon_shared::ids::CouponId;
-use coupon_shared::ports::CouponRepository;
-use coupon_shared::preheat::{create_coupon, CreateError, Created};
+use admin::{wire, Clients, Config};
+use coupon_domain::admin::{Actor, AdminContext, AdminError};
+use coupon_domain::catalog::Created;
+use coupon_domain::coupon::CouponDefinition;
+use coupon_domain::ids::CouponId;
 
 const USAGE: &str = "usage: couponctl create FILE|-   |   couponctl show COUPON_ID";
 
@@ -44,43 +44,48 @@ async fn run(args: &[String]) -> Result<(), String> {
         [c, o] => (c.as_str(), o.as_str()),
         _ => return Err(USAGE.into()),
     };
-    let config = AdminConfig::from_env().map_err(|e| e.to_string())?;
-    let sdk = aws::load(AwsCallSettings {
-        max_attempts: 3,
-        operation_timeout_ms: 10_000,
-    })
-    .await;
-    let repo = DynamoCouponRepository::new(Client::new(&sdk), config.coupons_table.clone());
-    match command {
-        "create" => {
-            let json = read_source(operand)?;
-            let def: CouponDefinition =
-                serde_json::from_str(&json).map_err(|e| format!("not a coupon definition: {e}"))?;
-            let redis = RedisStore::connect(&config.redis, 86_400, RiskLimits::default())
-                .await
-                .map_err(|e| format!("{e}: {}", source_text(&e)))?;
-            match create_coupon(&def, config.max_total_stock, &repo, &redis, &SystemClock).await {
-                Ok(Created::New) => println!("created {}", def.coupon_id),
-                Ok(Created::Unchanged) => {
-                    println!("unchanged {} (same definition exists)", def.coupon_id)
-                }
-                Err(e @ CreateError::Invalid(_)) => return Err(e.to_string()),
-                Err(e) => return Err(format!("{e}: {}", source_text(&e))),
-            }
+    if !matches!(command, "create" | "show") {
+        return Err(USAGE.into());
+    }
+    let config = Config::from_env().map_err(|e| e.to_string())?;
+    let clients = Clients::connect(&config).await.map_err(|e| chain(&e))?;
+    let service = wire(&config, clients).service;
+    if command == "create" {
+        let json = read_source(operand)?;
+        let def: CouponDefinition = serde_json::from_str(&json).map_err(|e| format!("not a coupon definition: {e}"))?;
+        let (created, _) = service.create(&operator()?, &def).await.map_err(|e| admin_error(&e))?;
+        match created {
+            Created::New => println!("created {}", def.coupon_id),
+            Created::Unchanged => println!("unchanged {} (same definition exists)", def.coupon_id),
         }
-        "show" => {
-            let id = CouponId::parse(operand).map_err(|e| e.to_string())?;
-            match repo.get_definition(&id).await {
-                Ok(Some(def)) => {
-                    println!("{}", serde_json::to_string_pretty(&def).unwrap_or_default())
-                }
-                Ok(None) => return Err(format!("no coupon {id}")),
-                Err(e) => return Err(format!("{e}: {}", source_text(&e))),
-            }
-        }
-        _ => return Err(USAGE.into()),
+    } else {
+        let id = CouponId::parse(operand).map_err(|e| e.to_string())?;
+        let view = service.view(&id).await.map_err(|e| admin_error(&e))?;
+        println!("{}", serde_json::to_string_pretty(&view).unwrap_or_default());
     }
     Ok(())
+}
+
+/// The operator as the audit log records it.
+fn operator() -> Result<AdminContext, String> {
+    let who = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    let actor = Actor::parse(&format!("couponctl:{who}")).map_err(|e| e.to_string())?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    Ok(AdminContext {
+        actor,
+        operation_id: format!("cli-{nanos:x}-{}", std::process::id()),
+        idempotent: false,
+    })
+}
+
+fn admin_error(e: &AdminError) -> String {
+    match e {
+        AdminError::Unavailable(_) => chain(e),
+        other => other.to_string(),
+    }
 }
 
 fn read_source(operand: &str) -> Result<String, String> {
@@ -95,9 +100,10 @@ fn read_source(operand: &str) -> Result<String, String> {
     Ok(json)
 }
 
-/// The whole source chain: the operator's terminal is the place for it.
-fn source_text(e: &dyn std::error::Error) -> String {
-    let mut parts = Vec::new();
+/// The error and its whole source chain: the operator's terminal is the
+/// place for it.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
     let mut next = e.source();
     while let Some(s) = next {
         parts.push(s.to_string());

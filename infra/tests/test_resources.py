@@ -89,23 +89,30 @@ def test_the_grab_function_trusts_only_verified_identity_in_aws():
 
 
 FUNCTIONS = {
-    "GrabConfig": "GrabFunction",
-    "IssuerConfig": "IssuerFunction",
-    "ReconcilerConfig": "ReconcilerFunction",
-    "WalletConfig": "WalletFunction",
+    "grab": "GrabFunction",
+    "issuer": "IssuerFunction",
+    "reconciler": "ReconcilerFunction",
+    "wallet": "WalletFunction",
+    "admin": "AdminFunction",
 }
+
+
+def config_source(function):
+    """The function's own `Config` (functions/<name>/src/config.rs)."""
+    return (ROOT / "functions" / function / "src" / "config.rs").read_text()
 
 
 def required_settings():
     """Each function config's required variables, read from the code."""
-    source = (ROOT / "shared" / "src" / "config.rs").read_text()
     found = {}
-    for config in FUNCTIONS:
-        block = source.split(f"impl {config} {{", 1)[1].split("\nimpl ", 1)[0]
+    for function in FUNCTIONS:
+        block = config_source(function).split("impl Config {", 1)[1].split("\nimpl ", 1)[0]
         names = set(re.findall(r'env\.required\("([A-Z_]+)"\)', block))
+        if "TableNames::from_env(env)" in block:
+            names |= {"COUPONS_TABLE", "USER_COUPONS_TABLE"}
         if "RedisSettings::from_env(env)" in block or "RedisSettings::is_configured(env)" in block:
             names.add("REDIS_URL|REDIS_HOST")
-        found[config] = names
+        found[function] = names
     return found
 
 
@@ -173,7 +180,7 @@ def test_the_alarms_watch_what_the_design_says():
     for metric in ("ApproximateNumberOfMessagesVisible", "Errors", "5xx", "ReconcileDriftTotal", "GrantRejected"):
         assert metric in alarms, metric
     # The custom metrics are the ones the code emits.
-    code = (ROOT / "shared" / "src").rglob("*.rs")
+    code = (ROOT / "shared" / "domain" / "src").rglob("*.rs")
     text = "".join(p.read_text() for p in code)
     assert '"ReconcileDriftTotal"' in text and '"GrantRejected"' in text
 
@@ -185,9 +192,22 @@ def test_no_http_function_trusts_identity_headers_in_aws():
         assert str(env.get("TRUST_IDENTITY_HEADERS", "false")).lower() == "false", name
 
 
+def test_functions_that_keep_request_records_agree_on_how_long():
+    """The grab writes request records and the reconciler finishes borrows
+    under them: both read IDEMPOTENCY_TTL_SECS (through the Redis settings),
+    and the template must not give them different values."""
+    resources = template()["Resources"]
+    values = {
+        name: resources[name]["Properties"]["Environment"]["Variables"].get("IDEMPOTENCY_TTL_SECS")
+        for name in ("GrabFunction", "ReconcilerFunction", "AdminFunction")
+    }
+    assert len(set(map(str, values.values()))) == 1, values
+    redis_settings = (ROOT / "shared" / "adapters" / "src" / "config.rs").read_text()
+    assert 'env.number("IDEMPOTENCY_TTL_SECS"' in redis_settings
+
+
 def test_the_local_stack_provides_every_table_and_queue_setting_the_code_requires():
-    source = (ROOT / "shared" / "src" / "config.rs").read_text()
-    required = set(re.findall(r'env\.required\("([A-Z_]+)"\)', source)) - {"REDIS_URL"}
+    required = set().union(*required_settings().values()) - {"REDIS_URL|REDIS_HOST"}
     provided = {spec["env"] for kind in ("tables", "queues") for spec in resources()[kind].values()}
     assert required <= provided, required - provided
 

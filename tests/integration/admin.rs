@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use coupon_shared::adapters::dynamodb::coupon_pk;
-use coupon_shared::coupon::CouponDefinition;
-use coupon_shared::grant::Grant;
-use coupon_shared::ids::{CouponId, UserId};
-use coupon_shared::issuance::IssueOutcome;
-use coupon_shared::ports::IssueLedger;
+use coupon_adapters::dynamodb::coupon_pk;
+use coupon_domain::coupon::CouponDefinition;
+use coupon_domain::grant::Grant;
+use coupon_domain::ids::{CouponId, UserId};
+use coupon_domain::issuance::IssueLedger;
+use coupon_domain::issuance::IssueOutcome;
 use serde_json::{json, Value};
 
 use crate::support::*;
@@ -222,7 +222,7 @@ async fn an_issuer_with_a_stale_definition_finds_counters_added_with_stock() {
             h.stack
                 .ddb
                 .update_item()
-                .table_name(&h.stack.coupons_table)
+                .table_name(&h.stack.tables.coupons)
                 .key(
                     "pk",
                     aws_sdk_dynamodb::types::AttributeValue::S(coupon_pk(&def.coupon_id)),
@@ -247,12 +247,12 @@ async fn an_issuer_with_a_stale_definition_finds_counters_added_with_stock() {
         coupon_id: def.coupon_id.clone(),
         user_id: UserId::parse(&unique("stale")).unwrap(),
         ordinal: 1,
-        request_id: coupon_shared::ids::RequestId::parse("r").unwrap(),
+        request_id: coupon_domain::ids::RequestId::parse("r").unwrap(),
         shard: 0,
         granted_at_ms: T0,
     };
     // `def` is the definition as an issuer cached it before the addition.
-    let outcome = h.ledger.issue(&grant, &def, T0).await.unwrap();
+    let outcome = h.issue_ledger().issue(&grant, &def, T0).await.unwrap();
     assert_eq!(outcome, IssueOutcome::Issued);
 }
 

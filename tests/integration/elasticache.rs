@@ -1,7 +1,7 @@
 //! Finding Redis through the ElastiCache API (the reconciler without a
 //! `REDIS_URL`), against the local endpoint's ElastiCache emulation.
 
-use coupon_shared::adapters::elasticache::{self, DiscoveryError};
+use coupon_adapters::elasticache::{self, DiscoveryError};
 
 use crate::support::{unique, Stack};
 

@@ -5,8 +5,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use coupon_shared::ids::UserId;
-use coupon_shared::service::home_shard;
+use coupon_domain::grab::home_shard;
+use coupon_domain::ids::UserId;
 use futures::stream::{self, StreamExt};
 
 use crate::support::{send, Event, Harness, Options};
@@ -77,7 +77,7 @@ pub(crate) async fn run_sale(h: &Harness, coupon: &str, users: &[String], per_us
 
 pub(crate) async fn assert_exactly_stock_won(
     h: &Harness,
-    def: &coupon_shared::coupon::CouponDefinition,
+    def: &coupon_domain::coupon::CouponDefinition,
     result: &SaleResult,
 ) {
     let all: HashSet<&String> = result.wins.values().flatten().collect();

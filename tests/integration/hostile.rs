@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use base64::Engine as _;
-use coupon_shared::error::{ErrorCode, Lang};
+use coupon_edge::{ErrorCode, Lang};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use redis::AsyncCommands;

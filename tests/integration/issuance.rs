@@ -3,11 +3,12 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use coupon_shared::adapters::dynamodb::DynamoLedger;
-use coupon_shared::coupon::CouponDefinition;
-use coupon_shared::grant::Grant;
-use coupon_shared::issuance::{IssueError, IssueOutcome};
-use coupon_shared::ports::{DurableFacts, IssueLedger};
+use coupon_adapters::dynamodb::DynamoIssueLedger;
+use coupon_domain::coupon::CouponDefinition;
+use coupon_domain::grant::Grant;
+use coupon_domain::issuance::IssueLedger;
+use coupon_domain::issuance::{IssueError, IssueOutcome};
+use coupon_domain::reconcile::ports::DurableFacts;
 
 use aws_sdk_sqs::types::Message;
 
@@ -25,7 +26,7 @@ fn redelivered(m: &Message, message_id: &str, body: Option<&str>) -> Message {
 /// The real ledger, except that writes for one grant are throttled, as
 /// DynamoDB does under a hot partition.
 struct ThrottleOne {
-    inner: DynamoLedger,
+    inner: DynamoIssueLedger,
     grant_id: String,
 }
 
@@ -59,7 +60,7 @@ async fn a_grant_delivered_three_times_makes_one_coupon() {
     let coupons = h.coupons_of("dup-user").await;
     assert_eq!(coupons.len(), 1);
     assert_eq!(coupons[0].coupon_id, coupon);
-    assert_eq!(h.ledger.issued(&coupon).await.unwrap(), 1, "the counter moved once");
+    assert_eq!(h.facts().issued(&coupon).await.unwrap(), 1, "the counter moved once");
     assert_eq!(h.metrics.total("CouponIssued"), 1);
     assert_eq!(h.metrics.total("DuplicateDelivery"), 3);
 }
@@ -89,7 +90,7 @@ async fn a_batch_with_a_poison_message_and_a_throttled_write_fails_exactly_those
     let poison = redelivered(&messages[0], "poison-1", Some("{\"not\":\"a grant\"}"));
     messages.push(poison);
     let issuer = h.issuer_with(Arc::new(ThrottleOne {
-        inner: h.ledger.clone(),
+        inner: h.issue_ledger(),
         grant_id: throttled.grant_id.clone(),
     }));
     let mut failed = h.deliver(&issuer, &messages).await;
@@ -130,16 +131,16 @@ async fn grants_beyond_the_durable_cap_are_rejected_and_counted_never_issued() {
         let grant = Grant {
             grant_id: format!("{coupon}-0-{}", 100 + i),
             coupon_id: coupon.clone(),
-            user_id: coupon_shared::ids::UserId::parse(&format!("cap-{i}")).unwrap(),
+            user_id: coupon_domain::ids::UserId::parse(&format!("cap-{i}")).unwrap(),
             ordinal: 1,
-            request_id: coupon_shared::ids::RequestId::parse("r").unwrap(),
+            request_id: coupon_domain::ids::RequestId::parse("r").unwrap(),
             shard: 0,
             granted_at_ms: 0,
         };
         issuer.service.issue(&grant, 0).await.unwrap();
     }
-    assert_eq!(h.ledger.issued(&coupon).await.unwrap(), 2);
-    let rejected = h.ledger.rejections(&coupon).await.unwrap();
+    assert_eq!(h.facts().issued(&coupon).await.unwrap(), 2);
+    let rejected = h.facts().rejections(&coupon).await.unwrap();
     assert_eq!(rejected.len(), 2);
     assert!(rejected.iter().all(|r| r.reason.as_str() == "CAP_REACHED"));
     assert_eq!(h.metrics.total("GrantRejected"), 2);

@@ -7,6 +7,7 @@ mod support;
 
 mod admin;
 mod bad_input;
+mod bodies;
 mod cluster;
 mod elasticache;
 mod flash_sale;

@@ -1,7 +1,7 @@
 //! Creating a coupon: durable definition, preheated shards, idempotent.
 
-use coupon_shared::ids::CouponId;
-use coupon_shared::preheat::{CreateError, Created};
+use coupon_domain::catalog::{CreateError, Created};
+use coupon_domain::ids::CouponId;
 
 use crate::support::Harness;
 
@@ -43,11 +43,8 @@ async fn a_half_done_create_is_finished_by_running_it_again() {
     let h = Harness::new().await;
     let def = h.coupon(10);
     // The definition reached DynamoDB but the preheat never ran.
-    let repo = coupon_shared::adapters::dynamodb::DynamoCouponRepository::new(
-        h.stack.ddb.clone(),
-        h.stack.coupons_table.clone(),
-    );
-    use coupon_shared::ports::CouponRepository;
+    let repo = coupon_adapters::dynamodb::DynamoCouponRepository::new(h.tables.clone());
+    use coupon_domain::catalog::CouponRepository;
     assert!(repo.put_definition(&def).await.unwrap());
     assert_eq!(h.grab(&def.coupon_id, "u1", "r1").await.code(), "COUPON_NOT_FOUND");
     assert_eq!(h.try_create(&def).await.unwrap(), Created::New);

@@ -4,10 +4,11 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use coupon_shared::clock::Clock;
-use coupon_shared::ids::{RequestId, UserId};
-use coupon_shared::ports::{Claim, ClaimReply, DurableFacts, StockLedger};
-use coupon_shared::service::home_shard;
+use coupon_domain::clock::Clock;
+use coupon_domain::grab::home_shard;
+use coupon_domain::grab::ports::{Claim, ClaimReply, StockLedger};
+use coupon_domain::ids::{RequestId, UserId};
+use coupon_domain::reconcile::ports::DurableFacts;
 use futures::stream::{self, StreamExt};
 
 use crate::support::{send, Event, Harness, Options};
@@ -42,10 +43,10 @@ pub(crate) async fn sqs_down_then_back(opts: Options) {
     // grants older than the grace period.
     let queue = h.stack.new_queue().await;
     let report = h.reconciler_to(&queue).run().await.unwrap();
-    assert_eq!(coupon_shared::reconcile::find(&report, &coupon).unwrap().redriven, 0);
+    assert_eq!(coupon_domain::reconcile::find(&report, &coupon).unwrap().redriven, 0);
     h.clock.advance(30_000);
     let report = h.reconciler_to(&queue).run().await.unwrap();
-    let figures = coupon_shared::reconcile::find(&report, &coupon).unwrap();
+    let figures = coupon_domain::reconcile::find(&report, &coupon).unwrap();
     assert_eq!((figures.pending, figures.redriven), (15, 15));
     let h2 = Harness {
         queue_url: queue.clone(),
@@ -81,7 +82,10 @@ async fn a_grant_whose_lambda_died_after_the_lua_call_is_re_driven() {
         request: &request,
         now_ms: h.clock.now_ms(),
     };
-    assert!(matches!(h.redis.claim(&claim).await.unwrap(), ClaimReply::Won(_)));
+    assert!(matches!(
+        h.stock_ledger().claim(&claim).await.unwrap(),
+        ClaimReply::Won(_)
+    ));
     assert_eq!(h.receive().await.len(), 0);
     h.clock.advance(31_000);
     let figures = h.reconcile(&def).await;
@@ -105,7 +109,7 @@ async fn two_reconcilers_at_once_leave_one_coupon_per_winner() {
     let (ra, rb) = tokio::join!(a.run(), b.run());
     let redriven: u64 = [ra.unwrap(), rb.unwrap()]
         .iter()
-        .map(|r| coupon_shared::reconcile::find(r, &coupon).unwrap().redriven)
+        .map(|r| coupon_domain::reconcile::find(r, &coupon).unwrap().redriven)
         .sum();
     assert!(redriven >= 8, "each pending grant re-driven at least once");
     let h2 = Harness { queue_url: queue, ..h };
@@ -113,7 +117,7 @@ async fn two_reconcilers_at_once_leave_one_coupon_per_winner() {
     for i in 0..8 {
         assert_eq!(h2.coupons_of(&format!("t{i}")).await.len(), 1);
     }
-    assert_eq!(h2.ledger.issued(&coupon).await.unwrap(), 8, "duplicates absorbed");
+    assert_eq!(h2.facts().issued(&coupon).await.unwrap(), 8, "duplicates absorbed");
     assert_eq!(h2.reconcile(&def).await.drift, 0);
 }
 
@@ -149,7 +153,7 @@ async fn a_borrow_whose_caller_died_is_finished_by_the_reconciler() {
         now_ms: h.clock.now_ms(),
     };
     assert!(matches!(
-        h.redis.claim(&claim).await.unwrap(),
+        h.stock_ledger().claim(&claim).await.unwrap(),
         ClaimReply::Borrow { ordinal: 1 }
     ));
     h.clock.advance(31_000);
@@ -204,7 +208,7 @@ pub(crate) async fn flush_mid_sale(opts: Options) {
     // Half the grants reach DynamoDB; the other half are still in SQS.
     let batch = h.receive().await;
     assert!(h.deliver(&h.issuer(), &batch).await.is_empty());
-    let issued_before = h.ledger.issued(&coupon).await.unwrap();
+    let issued_before = h.facts().issued(&coupon).await.unwrap();
     assert!(issued_before > 0 && issued_before < 20);
 
     h.flush_redis().await;
@@ -221,7 +225,7 @@ pub(crate) async fn flush_mid_sale(opts: Options) {
     grab_all(rest, "b").await;
     h.pump().await;
 
-    let issued = h.ledger.issued(&coupon).await.unwrap();
+    let issued = h.facts().issued(&coupon).await.unwrap();
     assert!(issued <= 40, "issued {issued} of 40");
     assert_eq!(issued, 40, "every unit issued in the end");
     let mut holders = HashSet::new();
@@ -254,7 +258,7 @@ async fn two_reconcilers_rebuilding_at_once_restore_the_stock_once() {
     let (ra, rb) = tokio::join!(a.run(), b.run());
     let restored: u64 = [ra.unwrap(), rb.unwrap()]
         .iter()
-        .map(|r| coupon_shared::reconcile::find(r, &coupon).unwrap().restored)
+        .map(|r| coupon_domain::reconcile::find(r, &coupon).unwrap().restored)
         .sum();
     assert_eq!(restored, 24);
     assert_eq!(h.stock(&def).await, 24);
@@ -265,5 +269,5 @@ async fn two_reconcilers_rebuilding_at_once_restore_the_stock_once() {
             "ALREADY_CLAIMED"
         );
     }
-    assert!(h.ledger.was_rebuilt(&coupon).await.unwrap());
+    assert!(h.facts().was_rebuilt(&coupon).await.unwrap());
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use coupon_shared::config::RiskLimits;
+use coupon_domain::config::RiskLimits;
 use futures::stream::{self, StreamExt};
 use redis::AsyncCommands;
 
@@ -82,7 +82,7 @@ async fn grabs_that_lose_give_their_risk_reservations_back() {
     // still be admitted up to the limit, and every loser released its place.
     assert_eq!(count(&responses, "SUCCESS"), 3);
     let day = RiskLimits::default().day(crate::support::T0);
-    let ip = coupon_shared::ids::ClientIp::parse("198.51.100.77").unwrap();
+    let ip = coupon_domain::ids::ClientIp::parse("198.51.100.77").unwrap();
     let mut conn = h.redis.connection();
     let users: std::collections::HashMap<String, i64> = conn.hgetall(h.redis.keys().ip_users(ip, day)).await.unwrap();
     assert_eq!(users.len(), 3, "places held: {users:?}");
@@ -90,7 +90,7 @@ async fn grabs_that_lose_give_their_risk_reservations_back() {
     // And every loser's daily counter is back at zero.
     let mut zero_counters = 0;
     for i in 0..50 {
-        let user = coupon_shared::ids::UserId::parse(&format!("p-{i}")).unwrap();
+        let user = coupon_domain::ids::UserId::parse(&format!("p-{i}")).unwrap();
         let n: Option<i64> = conn.get(h.redis.keys().user_claims(&user, day)).await.unwrap();
         if n.unwrap_or(0) == 0 {
             zero_counters += 1;

@@ -1,7 +1,8 @@
 //! Each business rule of the grab answers with its own code, and a refused
 //! grab moves no stock.
 
-use coupon_shared::coupon::CouponStatus;
+use coupon_domain::blacklist::BlacklistFlags;
+use coupon_domain::coupon::CouponStatus;
 
 use crate::support::{Event, Harness, HOUR, T0};
 
@@ -67,13 +68,13 @@ async fn a_blacklisted_user_is_refused_by_risk_control_and_moves_no_stock() {
     let h = Harness::new().await;
     let def = h.coupon(5);
     let coupon = h.create(&def).await;
-    let user = coupon_shared::ids::UserId::parse("mallory").unwrap();
-    h.redis.blacklist(&user).await.unwrap();
+    let user = coupon_domain::ids::UserId::parse("mallory").unwrap();
+    h.flags().set_flag(&user, true).await.unwrap();
     let resp = h.grab(&coupon, "mallory", "r1").await;
     assert_eq!((resp.status, resp.code()), (403, "RISK_REJECTED"));
     assert_eq!(resp.body["data"]["reason"], "BLACKLISTED");
     assert_eq!(h.stock(&def).await, 5);
-    h.redis.unblacklist(&user).await.unwrap();
+    h.flags().set_flag(&user, false).await.unwrap();
     assert_eq!(h.grab(&coupon, "mallory", "r1").await.code(), "SUCCESS");
 }
 

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use coupon_shared::ports::DurableFacts;
+use coupon_domain::reconcile::ports::DurableFacts;
 use futures::stream::{self, StreamExt};
 
 use crate::support::{send, Event, Harness, Options};
@@ -55,7 +55,7 @@ async fn a_small_flash_sale_issues_every_unit_once_and_the_books_balance() {
         ),
         (60, 0, 0, 0, 0)
     );
-    assert_eq!(h.ledger.issued(&coupon).await.unwrap(), 60);
+    assert_eq!(h.facts().issued(&coupon).await.unwrap(), 60);
     for (user, grants) in &winners {
         let held = h.coupons_of(user).await;
         assert_eq!(held.len(), 1, "{user}");

@@ -28,30 +28,34 @@
 #![warn(missing_docs)]
 
 use std::convert::Infallible;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
-use coupon_edge::header_str;
-use coupon_edge::render::Reply;
-use coupon_shared::adapters::dynamodb::{self, DynamoCouponRepository, DynamoLedger};
-use coupon_shared::adapters::redis::RedisStore;
-use coupon_shared::adapters::sqs::{self, SqsRedrive};
-use coupon_shared::admin::{Actor, AdminContext, AdminError, AdminPorts, AdminService, RateChange, MAX_AUDIT_PAGE};
-use coupon_shared::clock::Clock;
-use coupon_shared::config::AdminConfig;
-use coupon_shared::coupon::{CouponDefinition, CouponStatus};
-use coupon_shared::error::{ErrorCode, Lang};
-use coupon_shared::ids::{CouponId, RequestId, UserId};
-use coupon_shared::metrics::EmfMetrics;
-use coupon_shared::preheat::Created;
-use coupon_shared::reconcile::{ReconcileSettings, Reconciler};
-use lambda_http::http::{header, Method};
-use lambda_http::request::RequestContext;
-use lambda_http::{Body, Request, RequestExt, Response};
+use coupon_adapters::assemble::reconcile_ports;
+use coupon_adapters::dynamodb::{self, DynamoAdminStore, DynamoBlacklist, DynamoCouponRepository, DynamoFacts, Tables};
+use coupon_adapters::redis::{Redis, RedisBlacklistFlags, RedisLive, RedisPreheater, RedisRepair};
+use coupon_adapters::sqs::{self, SqsRedrive};
+use coupon_adapters::{aws, secrets};
+use coupon_domain::admin::{AdminContext, AdminError, AdminPorts, AdminService, RateChange, MAX_AUDIT_PAGE};
+use coupon_domain::catalog::Created;
+use coupon_domain::clock::{Clock, SystemClock};
+use coupon_domain::coupon::{CouponDefinition, CouponStatus};
+use coupon_domain::error::StoreError;
+use coupon_domain::ids::{CouponId, UserId};
+use coupon_domain::metrics::{EmfMetrics, Metrics};
+use coupon_domain::reconcile::{ReconcileSettings, Reconciler};
+use coupon_edge::{header_str, json_body, Detail, ErrorCode, Lang, Reply};
+use lambda_http::{Body, Request, Response};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
-use tracing::error;
+
+pub mod actor;
+pub mod config;
+pub mod route;
+
+pub use actor::{actor, context};
+pub use config::Config;
+pub use route::{route, Route};
 
 /// How the edge reads requests.
 #[derive(Debug, Clone)]
@@ -70,166 +74,12 @@ pub struct AdminApp {
     pub edge: AdminEdge,
 }
 
-/// What a request asks for; ids are raw (parsed by the operation).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Route {
-    /// `POST /admin/coupons`.
-    Create,
-    /// `GET /admin/coupons/{id}`.
-    View(String),
-    /// `PUT /admin/coupons/{id}/status`.
-    Status(String),
-    /// `POST /admin/coupons/{id}/stock`.
-    Stock(String),
-    /// `PUT /admin/coupons/{id}/rate`.
-    Rate(String),
-    /// `GET /admin/coupons/{id}/audit`.
-    Audit(String),
-    /// `POST /admin/coupons/{id}/reconcile`.
-    Reconcile(String),
-    /// `GET /admin/coupons/{id}/reconcile`.
-    Report(String),
-    /// `PUT` (true) or `DELETE` (false) `/admin/blacklist/{userId}`.
-    Blacklist(String, bool),
-    /// `GET /admin/blacklist/{userId}`.
-    BlacklistEntry(String),
-    /// A known path with another method; the value of `Allow`.
-    MethodNotAllowed(&'static str),
-    /// Nothing here.
-    NotFound,
-    /// A path segment that is not valid percent-encoded UTF-8.
-    BadPath,
-}
-
-/// Decodes `%XX` escapes of one path segment; `None` if it is not UTF-8.
-fn decode_segment(raw: &str) -> Option<String> {
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3)?;
-            if !hex.iter().all(u8::is_ascii_hexdigit) {
-                return None;
-            }
-            out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-/// Routes `method` and `path` (segments are percent-decoded; empty ones are
-/// ignored, as in the other functions).
-pub fn route(method: &Method, path: &str) -> Route {
-    let raw: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    let mut segments = Vec::with_capacity(raw.len());
-    for s in raw {
-        match decode_segment(s) {
-            Some(s) => segments.push(s),
-            None => return Route::BadPath,
-        }
-    }
-    let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
-    let m = method.clone();
-    let pick = |allowed: &'static str, routes: &[(Method, Route)]| -> Route {
-        routes
-            .iter()
-            .find(|(mm, _)| *mm == m)
-            .map(|(_, r)| r.clone())
-            .unwrap_or(Route::MethodNotAllowed(allowed))
-    };
-    match seg.as_slice() {
-        ["admin", "coupons"] => pick("POST", &[(Method::POST, Route::Create)]),
-        ["admin", "coupons", id] => pick("GET", &[(Method::GET, Route::View(id.to_string()))]),
-        ["admin", "coupons", id, "status"] => pick("PUT", &[(Method::PUT, Route::Status(id.to_string()))]),
-        ["admin", "coupons", id, "stock"] => pick("POST", &[(Method::POST, Route::Stock(id.to_string()))]),
-        ["admin", "coupons", id, "rate"] => pick("PUT", &[(Method::PUT, Route::Rate(id.to_string()))]),
-        ["admin", "coupons", id, "audit"] => pick("GET", &[(Method::GET, Route::Audit(id.to_string()))]),
-        ["admin", "coupons", id, "reconcile"] => pick(
-            "GET, POST",
-            &[
-                (Method::POST, Route::Reconcile(id.to_string())),
-                (Method::GET, Route::Report(id.to_string())),
-            ],
-        ),
-        ["admin", "blacklist", user] => pick(
-            "DELETE, GET, PUT",
-            &[
-                (Method::PUT, Route::Blacklist(user.to_string(), true)),
-                (Method::DELETE, Route::Blacklist(user.to_string(), false)),
-                (Method::GET, Route::BlacklistEntry(user.to_string())),
-            ],
-        ),
-        _ => Route::NotFound,
-    }
-}
-
-/// The operator, from the verified IAM identity or (local mode) the
-/// `X-Admin-Actor` header. A user identity is FORBIDDEN, none at all is
-/// UNAUTHORIZED.
-pub fn actor(req: &Request, edge: &AdminEdge) -> Result<Actor, ErrorCode> {
-    if let Some(RequestContext::ApiGatewayV2(ctx)) = req.request_context_ref() {
-        if let Some(auth) = &ctx.authorizer {
-            if let Some(iam) = &auth.iam {
-                let principal = iam.user_arn.as_deref().or(iam.caller_id.as_deref()).unwrap_or("");
-                return Actor::parse(principal).map_err(|_| ErrorCode::Unauthorized);
-            }
-            if auth.jwt.is_some() || !auth.fields.is_empty() {
-                return Err(ErrorCode::Forbidden);
-            }
-        }
-    }
-    let headers = req.headers();
-    if edge.local_mode {
-        if let Some(raw) = header_str(headers, "x-admin-actor") {
-            return Actor::parse(raw).map_err(|_| ErrorCode::Unauthorized);
-        }
-    }
-    if header_str(headers, "authorization").is_some() || header_str(headers, "x-user-id").is_some() {
-        return Err(ErrorCode::Forbidden);
-    }
-    Err(ErrorCode::Unauthorized)
-}
-
-/// The operation id: the caller's `Idempotency-Key` (which makes a repeat a
-/// replay), else a fresh random one.
-fn context(req: &Request, actor: Actor) -> Result<AdminContext, Box<Reply>> {
-    if let Some(key) = header_str(req.headers(), "idempotency-key") {
-        let key = RequestId::parse(key).map_err(|e| Box::new(Reply::invalid(format!("Idempotency-Key: {e}"))))?;
-        return Ok(AdminContext {
-            actor,
-            operation_id: key.as_str().to_owned(),
-            idempotent: true,
-        });
-    }
-    // Unique per call: a random 64-bit value from the standard library's
-    // per-process random keys, and the time, so ids never repeat across
-    // Lambda instances in practice.
-    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let operation_id = format!("op-{nanos:x}-{random:016x}");
-    Ok(AdminContext {
-        actor,
-        operation_id,
-        idempotent: false,
-    })
-}
-
 /// Serves one request; never fails, never panics.
 pub async fn handle(app: &AdminApp, req: Request) -> Result<Response<Body>, Infallible> {
     let lang = Lang::from_accept_language(header_str(req.headers(), "accept-language"));
-    let reply = match route(req.method(), req.uri().path()) {
-        Route::NotFound => Reply::error(ErrorCode::RouteNotFound),
-        Route::BadPath => Reply::invalid("path segments must be percent-encoded UTF-8"),
-        Route::MethodNotAllowed(allow) => Reply::error(ErrorCode::MethodNotAllowed).with_header(header::ALLOW, allow),
-        route => match actor(&req, &app.edge) {
+    let reply = match route(req.method(), req.uri().path()).into_route() {
+        Err(reply) => reply,
+        Ok(route) => match actor(&req, &app.edge) {
             Err(code) => Reply::error(code),
             Ok(actor) => match context(&req, actor) {
                 Err(reply) => *reply,
@@ -307,9 +157,6 @@ async fn dispatch(app: &AdminApp, req: &Request, ctx: &AdminContext, route: Rout
                 .await
                 .map(|(on, audit)| json!({"userId": user, "blacklisted": on, "audit": audit})),
         },
-        Route::MethodNotAllowed(_) | Route::NotFound | Route::BadPath => {
-            return Reply::error(ErrorCode::RouteNotFound);
-        }
     };
     match result {
         Ok(data) => Reply::success(data),
@@ -327,10 +174,7 @@ pub fn error_reply(e: AdminError) -> Reply {
         AdminError::ReportNotFound => Reply::error(ErrorCode::ReportNotFound),
         AdminError::CouponConflict => Reply::error(ErrorCode::CouponConflict),
         AdminError::ConcurrentChange => Reply::error(ErrorCode::ConcurrentChange),
-        AdminError::Unavailable(e) => {
-            error!(error = %e, source = ?std::error::Error::source(&e), "admin operation undecided");
-            Reply::error(ErrorCode::Busy).with_header(header::RETRY_AFTER, "1")
-        }
+        AdminError::Unavailable(e) => Reply::busy("admin operation undecided", &e),
     }
 }
 
@@ -360,83 +204,84 @@ fn user_id(raw: &str) -> Result<UserId, Box<Reply>> {
     UserId::parse(raw).map_err(|e| Box::new(Reply::invalid(e.to_string())))
 }
 
-/// Reads a JSON body: media type, size, then strict deserialization. The
-/// detail names what is wrong (operators need "unknown field `x`"), cut
-/// short so a hostile body cannot make the answer large.
+/// Reads a JSON body with the shared reader; the detail names what is
+/// wrong (operators need "unknown field `x`").
 fn body<T: DeserializeOwned>(req: &Request, max: usize) -> Result<T, Box<Reply>> {
-    if let Some(ct) = header_str(req.headers(), "content-type") {
-        let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-        if mime != "application/json" && !mime.ends_with("+json") {
-            return Err(Box::new(Reply::error(ErrorCode::UnsupportedMediaType)));
-        }
-    }
-    let bytes: &[u8] = match req.body() {
-        Body::Empty => &[],
-        Body::Text(s) => s.as_bytes(),
-        Body::Binary(b) => b,
-        _ => &[],
-    };
-    if bytes.len() > max {
-        return Err(Box::new(
-            Reply::error(ErrorCode::PayloadTooLarge).with_data(json!({"maxBytes": max})),
-        ));
-    }
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(Box::new(Reply::invalid("the body must be a JSON object")));
-    }
-    serde_json::from_slice(bytes).map_err(|e| {
-        let mut detail = e.to_string();
-        if detail.len() > 200 {
-            let mut cut = 200;
-            while !detail.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            detail.truncate(cut);
-            detail.push('…');
-        }
-        Box::new(Reply::invalid(detail))
-    })
+    json_body(req, max, Detail::Serde)
 }
 
-/// Wires the service to the real adapters: one place for `main.rs` and the
-/// integration tests.
-pub fn wire(
-    config: &AdminConfig,
-    redis: Arc<RedisStore>,
-    dynamodb: dynamodb::Client,
-    sqs: sqs::Client,
-    clock: Arc<dyn Clock>,
-) -> AdminApp {
-    let ledger = Arc::new(DynamoLedger::new(
-        dynamodb.clone(),
-        &config.coupons_table,
-        &config.user_coupons_table,
-    ));
-    let metrics = Arc::new(EmfMetrics::new(config.metrics_namespace.clone(), "admin"));
+/// What an admin instance is built from, made once at cold start.
+pub struct Clients {
+    /// Redis.
+    pub redis: Redis,
+    /// DynamoDB.
+    pub dynamodb: dynamodb::Client,
+    /// SQS, for re-drives of an on-demand reconciliation.
+    pub sqs: sqs::Client,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// Figures.
+    pub metrics: Arc<dyn Metrics>,
+}
+
+impl Clients {
+    /// The real clients.
+    pub async fn connect(config: &Config) -> Result<Self, StoreError> {
+        let sdk = aws::load(config.aws).await;
+        Ok(Self {
+            redis: secrets::connect_redis(&config.redis, &sdk).await?,
+            dynamodb: dynamodb::Client::new(&sdk),
+            sqs: sqs::Client::new(&sdk),
+            clock: Arc::new(SystemClock),
+            metrics: Arc::new(EmfMetrics::new(config.metrics_namespace.clone(), "admin")),
+        })
+    }
+}
+
+/// The admin use cases over `clients`, reading durable facts through
+/// `facts` (`couponctl` and tests share this with [`wire`]).
+pub fn service(
+    config: &Config,
+    clients: Clients,
+    facts: Arc<dyn coupon_domain::reconcile::ports::DurableFacts>,
+) -> AdminService {
+    let tables = Tables::new(clients.dynamodb, &config.tables);
+    let redis = clients.redis;
     let reconciler = Reconciler::new(
-        ledger.clone(),
-        redis.clone(),
-        redis.clone(),
-        Arc::new(SqsRedrive::new(sqs, &config.queue_url, config.dlq_url.clone())),
-        clock.clone(),
-        metrics,
+        reconcile_ports(
+            &redis,
+            &tables,
+            SqsRedrive::new(clients.sqs, &config.queue_url, config.dlq_url.clone()),
+            facts.clone(),
+            clients.clock.clone(),
+            clients.metrics,
+        ),
         ReconcileSettings {
             grace_ms: config.grace_ms,
             ..ReconcileSettings::default()
         },
     );
+    AdminService::new(AdminPorts {
+        store: Arc::new(DynamoAdminStore::new(tables.clone())),
+        repo: Arc::new(DynamoCouponRepository::new(tables.clone())),
+        preheater: Arc::new(RedisPreheater::new(redis.clone())),
+        live: Arc::new(RedisLive::new(redis.clone())),
+        repair: Arc::new(RedisRepair::new(redis.clone())),
+        blacklist: Arc::new(DynamoBlacklist::new(tables.clone())),
+        flags: Arc::new(RedisBlacklistFlags::new(redis)),
+        facts,
+        reconciler,
+        clock: clients.clock,
+        max_total_stock: config.max_total_stock,
+    })
+}
+
+/// The admin function over `clients`: the one wiring `main.rs`, the
+/// integration tests and `couponctl` share.
+pub fn wire(config: &Config, clients: Clients) -> AdminApp {
+    let facts = Arc::new(DynamoFacts::new(Tables::new(clients.dynamodb.clone(), &config.tables)));
     AdminApp {
-        service: AdminService::new(AdminPorts {
-            store: ledger.clone(),
-            repo: Arc::new(DynamoCouponRepository::new(dynamodb, &config.coupons_table)),
-            preheater: redis.clone(),
-            live: redis.clone(),
-            repair: redis,
-            facts: ledger,
-            reconciler,
-            clock,
-            max_total_stock: config.max_total_stock,
-        }),
+        service: service(config, clients, facts),
         edge: AdminEdge {
             local_mode: config.local_mode,
             max_body_bytes: config.max_body_bytes,

@@ -2,6 +2,9 @@
 //! property test that no request shape makes the edge panic.
 
 use super::*;
+use coupon_domain::admin::Actor;
+use coupon_edge::Matched;
+use lambda_http::http::Method;
 use proptest::prelude::*;
 
 fn edge(local_mode: bool) -> AdminEdge {
@@ -72,34 +75,40 @@ fn without_a_key_every_call_gets_its_own_operation_id() {
 
 #[test]
 fn routes_match_methods_and_paths() {
-    assert_eq!(route(&Method::POST, "/admin/coupons"), Route::Create);
-    assert_eq!(route(&Method::GET, "/admin/coupons/c1"), Route::View("c1".into()));
+    assert_eq!(route(&Method::POST, "/admin/coupons"), Matched::Route(Route::Create));
+    assert_eq!(
+        route(&Method::GET, "/admin/coupons/c1"),
+        Matched::Route(Route::View("c1".into()))
+    );
     assert_eq!(
         route(&Method::PUT, "/admin/coupons/c1/status/"),
-        Route::Status("c1".into())
+        Matched::Route(Route::Status("c1".into()))
     );
     assert_eq!(
         route(&Method::POST, "/admin/coupons/c1/stock"),
-        Route::Stock("c1".into())
+        Matched::Route(Route::Stock("c1".into()))
     );
-    assert_eq!(route(&Method::PUT, "/admin/coupons/c1/rate"), Route::Rate("c1".into()));
+    assert_eq!(
+        route(&Method::PUT, "/admin/coupons/c1/rate"),
+        Matched::Route(Route::Rate("c1".into()))
+    );
     assert_eq!(
         route(&Method::GET, "/admin/coupons/c1/reconcile"),
-        Route::Report("c1".into())
+        Matched::Route(Route::Report("c1".into()))
     );
     assert_eq!(
         route(&Method::POST, "/admin/coupons/c1/reconcile"),
-        Route::Reconcile("c1".into())
+        Matched::Route(Route::Reconcile("c1".into()))
     );
     assert_eq!(
         route(&Method::DELETE, "/admin/blacklist/u%201"),
-        Route::Blacklist("u 1".into(), false)
+        Matched::Route(Route::Blacklist("u 1".into(), false))
     );
-    assert_eq!(route(&Method::GET, "/admin/coupons"), Route::MethodNotAllowed("POST"));
-    assert_eq!(route(&Method::POST, "/admin/users"), Route::NotFound);
-    assert_eq!(route(&Method::GET, "/admin/blacklist/%ff"), Route::BadPath);
-    assert_eq!(route(&Method::GET, "/admin/blacklist/%4"), Route::BadPath);
-    assert_eq!(route(&Method::GET, "/admin/blacklist/%+1"), Route::BadPath);
+    assert_eq!(route(&Method::GET, "/admin/coupons"), Matched::MethodNotAllowed("POST"));
+    assert_eq!(route(&Method::POST, "/admin/users"), Matched::NotFound);
+    assert_eq!(route(&Method::GET, "/admin/blacklist/%ff"), Matched::BadPath);
+    assert_eq!(route(&Method::GET, "/admin/blacklist/%4"), Matched::BadPath);
+    assert_eq!(route(&Method::GET, "/admin/blacklist/%+1"), Matched::BadPath);
 }
 
 #[test]

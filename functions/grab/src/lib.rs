@@ -8,29 +8,39 @@
 //!
 //! # Layout
 //!
+//! - [`config`]: the settings, read once at cold start.
 //! - [`route`]: method and path to a route.
 //! - [`handle`]: identity (from `coupon_edge`), parse, call
 //!   [`GrabService::grab`], render the `{code, message, data}` envelope.
+//! - [`wire`]: the service over real clients, shared by `main.rs`, the
+//!   integration tests and the benchmark; [`Clients::connect`] builds the
+//!   clients at cold start.
 
 #![warn(missing_docs)]
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
-use coupon_shared::error::{ErrorCode, Lang};
-use coupon_shared::ids::{CouponId, RequestId};
-use coupon_shared::outcome::{GrabOutcome, Rejection};
-use coupon_shared::service::{GrabError, GrabRequest, GrabService};
+use coupon_adapters::redis::{Redis, RedisLedger, RedisRisk};
+use coupon_adapters::sqs::SqsPublisher;
+use coupon_adapters::{aws, secrets};
+use coupon_domain::clock::{Clock, SystemClock};
+use coupon_domain::grab::ports::{GrantPublisher, RiskGuard, StockLedger};
+use coupon_domain::grab::{GrabError, GrabRequest, GrabService};
+use coupon_domain::ids::{CouponId, RequestId};
+use coupon_domain::metrics::{EmfMetrics, Metrics};
+use coupon_domain::outcome::{GrabOutcome, Rejection};
+use coupon_edge::{header_str, json_body, Detail, ErrorCode, Lang, Reply};
+pub use coupon_edge::{identity, Caller, EdgeSettings};
 use lambda_http::http::header;
 use lambda_http::{Body, Request, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tracing::error;
 
+pub mod config;
 pub mod route;
 
-use coupon_edge::header_str;
-use coupon_edge::render::Reply;
-pub use coupon_edge::{identity, Caller, EdgeSettings};
+pub use config::Config;
 use route::Route;
 
 /// Everything the handler needs, built once per Lambda instance.
@@ -52,15 +62,9 @@ struct GrabBody {
 /// failures, is rendered as a response with a stable code.
 pub async fn handle(app: &GrabApp, req: Request) -> Result<Response<Body>, Infallible> {
     let lang = Lang::from_accept_language(header_str(req.headers(), "accept-language"));
-    let reply = match route::route(req.method(), req.uri().path()) {
-        Route::Grab(raw_coupon) => {
-            let raw_coupon = raw_coupon.to_owned();
-            grab(app, &req, &raw_coupon).await
-        }
-        Route::MethodNotAllowed { allow } => {
-            Reply::error(ErrorCode::MethodNotAllowed).with_header(header::ALLOW, allow)
-        }
-        Route::NotFound => Reply::error(ErrorCode::RouteNotFound),
+    let reply = match route::route(req.method(), req.uri().path()).into_route() {
+        Ok(Route::Grab(raw_coupon)) => grab(app, &req, &raw_coupon).await,
+        Err(reply) => reply,
     };
     Ok(reply.into_response(lang))
 }
@@ -86,42 +90,16 @@ async fn grab(app: &GrabApp, req: &Request, raw_coupon: &str) -> Reply {
     };
     match app.service.grab(&grab).await {
         Ok(outcome) => outcome_reply(&outcome),
-        Err(GrabError::Unavailable(e)) => {
-            error!(error = %e, source = ?std::error::Error::source(&e), "grab undecided");
-            Reply::error(ErrorCode::Busy).with_header(header::RETRY_AFTER, "1")
-        }
+        Err(GrabError::Unavailable(e)) => Reply::busy("grab undecided", &e),
     }
 }
 
 fn parse_body(req: &Request, max: usize) -> Result<RequestId, Box<Reply>> {
-    if let Some(ct) = header_str(req.headers(), "content-type") {
-        let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-        if mime != "application/json" && !mime.ends_with("+json") {
-            return Err(Box::new(Reply::error(ErrorCode::UnsupportedMediaType)));
-        }
-    }
-    let bytes: &[u8] = match req.body() {
-        Body::Empty => &[],
-        Body::Text(s) => s.as_bytes(),
-        Body::Binary(b) => b,
-        _ => &[],
-    };
-    if bytes.len() > max {
-        return Err(Box::new(
-            Reply::error(ErrorCode::PayloadTooLarge).with_data(json!({"maxBytes": max})),
-        ));
-    }
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(Box::new(Reply::invalid("body must be a JSON object with requestId")));
-    }
-    let body: GrabBody = serde_json::from_slice(bytes).map_err(|e| {
-        // The category, never serde's text: it would echo the input back.
-        let detail = match e.classify() {
-            serde_json::error::Category::Data => "body must be {\"requestId\": string} and nothing else",
-            _ => "body is not valid JSON",
-        };
-        Box::new(Reply::invalid(detail))
-    })?;
+    let body: GrabBody = json_body(
+        req,
+        max,
+        Detail::Fixed("body must be {\"requestId\": string} and nothing else"),
+    )?;
     RequestId::parse(&body.request_id).map_err(|e| Box::new(Reply::invalid(e.to_string())))
 }
 
@@ -169,63 +147,81 @@ pub fn outcome_reply(outcome: &GrabOutcome) -> Reply {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// What a grab instance is built from, made once at cold start.
+pub struct Clients {
+    /// Redis (the ledger and the risk guard share its connection).
+    pub redis: Redis,
+    /// SQS, for winners.
+    pub sqs: coupon_adapters::sqs::Client,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// Figures.
+    pub metrics: Arc<dyn Metrics>,
+}
 
-    fn edge(trust: bool) -> EdgeSettings {
-        EdgeSettings {
-            trust_identity_headers: trust,
-            user_id_claim: "sub".into(),
-            member_level_claim: "member_level".into(),
-            max_body_bytes: 4096,
-        }
-    }
-
-    fn fixture(name: &str) -> Request {
-        let json = match name {
-            "jwt" => include_str!("../../../tests/fixtures/grab_jwt.json"),
-            _ => include_str!("../../../tests/fixtures/grab_function_url.json"),
-        };
-        lambda_http::request::from_str(json).expect("fixture is a valid event")
-    }
-
-    #[test]
-    fn the_caller_comes_from_the_verified_jwt_claims() {
-        let caller = identity(&fixture("jwt"), &edge(false)).unwrap();
-        assert_eq!(caller.user.as_str(), "user-7f3a");
-        assert_eq!(caller.level, 2);
-        assert_eq!(caller.ip.unwrap().to_string(), "203.0.113.7");
-    }
-
-    #[test]
-    fn identity_headers_count_for_nothing_outside_the_local_mode() {
-        assert_eq!(identity(&fixture("url"), &edge(false)), None);
-    }
-
-    #[test]
-    fn the_local_mode_reads_identity_headers_when_there_is_no_token() {
-        let caller = identity(&fixture("url"), &edge(true)).unwrap();
-        assert_eq!(caller.user.as_str(), "someone-else");
-        assert_eq!(caller.level, 9);
-    }
-
-    #[test]
-    fn claims_win_over_headers_even_in_the_local_mode() {
-        let mut req = fixture("jwt");
-        req.headers_mut().insert("x-user-id", "victim".parse().unwrap());
-        assert_eq!(identity(&req, &edge(true)).unwrap().user.as_str(), "user-7f3a");
-    }
-
-    #[test]
-    fn the_fixture_body_parses_to_its_request_id() {
-        assert_eq!(parse_body(&fixture("jwt"), 4096).unwrap().as_str(), "req-0001");
-        assert_eq!(parse_body(&fixture("url"), 4096).unwrap().as_str(), "req-0002");
-    }
-
-    #[test]
-    fn a_body_over_the_limit_is_413() {
-        let reply = parse_body(&fixture("jwt"), 8).unwrap_err();
-        assert_eq!(reply.code(), ErrorCode::PayloadTooLarge);
+impl Clients {
+    /// The real clients: the AWS SDK configuration, the Redis auth token
+    /// from Secrets Manager (if configured), one Redis connection.
+    pub async fn connect(config: &Config) -> Result<Self, coupon_domain::error::StoreError> {
+        let sdk = aws::load(config.sqs).await;
+        Ok(Self {
+            redis: secrets::connect_redis(&config.redis, &sdk).await?,
+            sqs: coupon_adapters::sqs::Client::new(&sdk),
+            clock: Arc::new(SystemClock),
+            metrics: Arc::new(EmfMetrics::new(config.metrics_namespace.clone(), "grab")),
+        })
     }
 }
+
+/// The grab's ports, as [`wire`] builds them from real clients. The
+/// benchmark swaps single ports (an in-memory queue; no risk checks for its
+/// script-only comparison) and keeps the rest of the wiring.
+pub struct Ports {
+    /// The stock ledger (Redis scripts).
+    pub ledger: Arc<dyn StockLedger>,
+    /// The risk guard (Redis scripts).
+    pub risk: Arc<dyn RiskGuard>,
+    /// Where winners go (SQS).
+    pub publisher: Arc<dyn GrantPublisher>,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// Figures.
+    pub metrics: Arc<dyn Metrics>,
+}
+
+impl Ports {
+    /// The deployed ports over `clients`.
+    pub fn real(config: &Config, clients: Clients) -> Self {
+        Self {
+            ledger: Arc::new(RedisLedger::new(clients.redis.clone())),
+            risk: Arc::new(RedisRisk::new(clients.redis, config.risk)),
+            publisher: Arc::new(SqsPublisher::new(clients.sqs, config.queue_url.clone())),
+            clock: clients.clock,
+            metrics: clients.metrics,
+        }
+    }
+}
+
+/// The grab function over `clients`: the one wiring `main.rs`, the
+/// integration tests and the benchmark share.
+pub fn wire(config: &Config, clients: Clients) -> GrabApp {
+    wire_ports(config, Ports::real(config, clients))
+}
+
+/// The grab function over `ports`, with the settings of `config`.
+pub fn wire_ports(config: &Config, ports: Ports) -> GrabApp {
+    GrabApp {
+        service: GrabService::new(
+            ports.ledger,
+            ports.risk,
+            ports.publisher,
+            ports.clock,
+            ports.metrics,
+            config.sold_out_memory_ms,
+        ),
+        edge: config.http.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

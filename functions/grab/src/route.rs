@@ -1,38 +1,24 @@
-//! Routing: which operation a method and path ask for.
-//!
-//! Matching is on path segments, so the same code serves API Gateway (which
-//! also sends path parameters) and function URLs or `cargo lambda watch`
-//! (which send only the raw path).
+//! Routing: which operation a method and path ask for (segments matched as
+//! in every function, by `coupon_edge::path`).
 
+use coupon_edge::{by_method, Matched, Segments};
 use lambda_http::http::Method;
 
 /// What the request asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Route<'a> {
-    /// `POST /coupons/{couponId}/grab`, with the raw (unparsed) coupon id.
-    Grab(&'a str),
-    /// A known path with the wrong method; `allow` lists the right ones.
-    MethodNotAllowed {
-        /// The value of the `Allow` header.
-        allow: &'static str,
-    },
-    /// Nothing here.
-    NotFound,
+pub enum Route {
+    /// `POST /coupons/{couponId}/grab`, with the decoded, unparsed coupon id.
+    Grab(String),
 }
 
-/// Routes `method` and `path`. Empty segments (`//`, a trailing `/`) are
-/// ignored.
-pub fn route<'a>(method: &Method, path: &'a str) -> Route<'a> {
-    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    match segments.as_slice() {
-        ["coupons", coupon, "grab"] => {
-            if method == Method::POST {
-                Route::Grab(coupon)
-            } else {
-                Route::MethodNotAllowed { allow: "POST" }
-            }
-        }
-        _ => Route::NotFound,
+/// Routes `method` and `path`.
+pub fn route(method: &Method, path: &str) -> Matched<Route> {
+    let Some(segments) = Segments::parse(path) else {
+        return Matched::BadPath;
+    };
+    match segments.as_slice().as_slice() {
+        ["coupons", coupon, "grab"] => by_method(method, "POST", [(Method::POST, Route::Grab(coupon.to_string()))]),
+        _ => Matched::NotFound,
     }
 }
 
@@ -42,22 +28,25 @@ mod tests {
 
     #[test]
     fn the_grab_route_takes_the_coupon_id_from_the_path() {
-        assert_eq!(route(&Method::POST, "/coupons/c1/grab"), Route::Grab("c1"));
-        assert_eq!(route(&Method::POST, "/coupons/c1/grab/"), Route::Grab("c1"));
+        let grab = |p| route(&Method::POST, p);
+        assert_eq!(grab("/coupons/c1/grab"), Matched::Route(Route::Grab("c1".into())));
+        assert_eq!(grab("/coupons/c1/grab/"), Matched::Route(Route::Grab("c1".into())));
+        assert_eq!(grab("/coupons/c%2D1/grab"), Matched::Route(Route::Grab("c-1".into())));
     }
 
     #[test]
     fn other_methods_on_the_grab_route_are_not_allowed() {
         assert_eq!(
             route(&Method::GET, "/coupons/c1/grab"),
-            Route::MethodNotAllowed { allow: "POST" }
+            Matched::MethodNotAllowed("POST")
         );
     }
 
     #[test]
-    fn unknown_paths_are_not_found() {
+    fn unknown_paths_are_not_found_and_broken_escapes_are_bad() {
         for path in ["/", "/coupons", "/coupons/c1", "/coupons/c1/grab/x", "/x/c1/grab"] {
-            assert_eq!(route(&Method::POST, path), Route::NotFound, "{path}");
+            assert_eq!(route(&Method::POST, path), Matched::NotFound, "{path}");
         }
+        assert_eq!(route(&Method::POST, "/coupons/%FF/grab"), Matched::BadPath);
     }
 }

@@ -7,17 +7,27 @@
 //! `maxReceiveCount` moves it to the dead-letter queue. A record without a
 //! message id fails the whole batch: the response could not name it, and
 //! acknowledging it by omission would lose it.
+//!
+//! [`wire`] builds the function over real clients (or, in tests, over a
+//! ledger that injects faults), for `main.rs` and the integration tests.
 
 #![warn(missing_docs)]
 
 use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
-use coupon_shared::clock::Clock;
-use coupon_shared::issuance::{IssueFailure, IssuerService};
+use coupon_adapters::aws;
+use coupon_adapters::dynamodb::{Client, DynamoCouponRepository, DynamoIssueLedger, Tables};
+use coupon_domain::clock::{Clock, SystemClock};
+use coupon_domain::issuance::{IssueFailure, IssueLedger, IssuerService};
+use coupon_domain::metrics::{EmfMetrics, Metrics};
 use futures::stream::{self, StreamExt};
 use lambda_runtime::{Error, LambdaEvent};
 use tracing::{error, warn};
+
+pub mod config;
+
+pub use config::Config;
 
 /// Everything the handler needs, built once per Lambda instance.
 pub struct Issuer {
@@ -70,4 +80,50 @@ pub async fn handle(issuer: &Issuer, event: LambdaEvent<SqsEvent>) -> Result<Sqs
         })
         .collect();
     Ok(response)
+}
+
+/// What an issuer instance is built from, made once at cold start.
+pub struct Clients {
+    /// DynamoDB.
+    pub dynamodb: Client,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// Figures.
+    pub metrics: Arc<dyn Metrics>,
+}
+
+impl Clients {
+    /// The real clients.
+    pub async fn connect(config: &Config) -> Self {
+        Self {
+            dynamodb: Client::new(&aws::load(config.dynamodb).await),
+            clock: Arc::new(SystemClock),
+            metrics: Arc::new(EmfMetrics::new(config.metrics_namespace.clone(), "issuer")),
+        }
+    }
+
+    /// The tables of `config` over this client.
+    pub fn tables(&self, config: &Config) -> Tables {
+        Tables::new(self.dynamodb.clone(), &config.tables)
+    }
+}
+
+/// The issuer over `clients`, writing through the DynamoDB ledger.
+pub fn wire(config: &Config, clients: Clients) -> Issuer {
+    let ledger = Arc::new(DynamoIssueLedger::new(clients.tables(config)));
+    wire_with(config, clients, ledger)
+}
+
+/// The issuer over `clients`, writing through `ledger` (tests wrap the real
+/// ledger to inject faults).
+pub fn wire_with(config: &Config, clients: Clients, ledger: Arc<dyn IssueLedger>) -> Issuer {
+    Issuer {
+        service: IssuerService::new(
+            ledger,
+            Arc::new(DynamoCouponRepository::new(clients.tables(config))),
+            clients.metrics,
+        ),
+        clock: clients.clock,
+        concurrency: config.concurrency,
+    }
 }

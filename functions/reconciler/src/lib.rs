@@ -1,18 +1,35 @@
 //! The reconciler function: runs on a schedule (EventBridge Scheduler), does
-//! one reconciliation pass (`coupon_shared::reconcile`) and returns its report
-//! as JSON, with the ElastiCache replication group's status when one is
-//! configured.
+//! one reconciliation pass (`coupon_domain::reconcile`) and returns its
+//! report as JSON, with the ElastiCache replication group's status when one
+//! is configured.
 //!
 //! Safe to run twice at once and to die half way; see the module docs of
-//! `coupon_shared::reconcile`.
+//! `coupon_domain::reconcile`. [`wire`] builds it over real clients, for
+//! `main.rs` and the integration tests.
 
 #![warn(missing_docs)]
 
-use coupon_shared::adapters::elasticache::{self, Client};
-use coupon_shared::reconcile::Reconciler;
+use std::sync::Arc;
+
+use coupon_adapters::assemble::reconcile_ports;
+use coupon_adapters::config::RedisSettings;
+use coupon_adapters::dynamodb::{self, DynamoFacts, Tables};
+use coupon_adapters::elasticache::{self, Client};
+use coupon_adapters::redis::Redis;
+use coupon_adapters::sqs::{self, SqsRedrive};
+use coupon_adapters::{aws, secrets};
+use coupon_domain::clock::{Clock, SystemClock};
+use coupon_domain::config::Env;
+use coupon_domain::metrics::{EmfMetrics, Metrics};
+use coupon_domain::reconcile::ports::DurableFacts;
+use coupon_domain::reconcile::{ReconcilePorts, ReconcileSettings, Reconciler};
 use lambda_runtime::{Error, LambdaEvent};
 use serde_json::{json, Value};
 use tracing::warn;
+
+pub mod config;
+
+pub use config::{Config, RedisSource};
 
 /// Everything the handler needs, built once per Lambda instance.
 pub struct App {
@@ -36,4 +53,86 @@ pub async fn handle(app: &App, _event: LambdaEvent<Value>) -> Result<Value, Erro
         };
     }
     Ok(out)
+}
+
+/// What a reconciler instance is built from, made once at cold start.
+pub struct Clients {
+    /// Redis.
+    pub redis: Redis,
+    /// DynamoDB.
+    pub dynamodb: dynamodb::Client,
+    /// SQS (re-drive, DLQ depth).
+    pub sqs: sqs::Client,
+    /// ElastiCache, to report the replication group's status.
+    pub elasticache: Client,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// Figures.
+    pub metrics: Arc<dyn Metrics>,
+}
+
+impl Clients {
+    /// The real clients; Redis is found through ElastiCache when the
+    /// configuration names a replication group instead of a URL.
+    pub async fn connect(config: &Config) -> Result<Self, Error> {
+        let sdk = aws::load(config.aws).await;
+        let cache = Client::new(&sdk);
+        let redis_settings = match &config.redis {
+            RedisSource::Url(settings) => settings.clone(),
+            RedisSource::ReplicationGroup(group) => {
+                let found = elasticache::describe(&cache, group).await?;
+                let url = found
+                    .url
+                    .ok_or_else(|| format!("replication group {group} has no endpoint yet ({})", found.status))?;
+                let mut settings = RedisSettings::with_url(&Env::process(), url)?;
+                settings.cluster = found.cluster_mode;
+                settings
+            }
+        };
+        Ok(Self {
+            redis: secrets::connect_redis(&redis_settings, &sdk).await?,
+            dynamodb: dynamodb::Client::new(&sdk),
+            sqs: sqs::Client::new(&sdk),
+            elasticache: cache,
+            clock: Arc::new(SystemClock),
+            metrics: Arc::new(EmfMetrics::new(config.metrics_namespace.clone(), "reconciler")),
+        })
+    }
+}
+
+/// The reconciler's ports over real clients, reading durable facts through
+/// `facts` (the integration tests narrow it to their own coupons).
+pub fn ports(config: &Config, clients: &Clients, facts: Arc<dyn DurableFacts>) -> ReconcilePorts {
+    reconcile_ports(
+        &clients.redis,
+        &tables(config, clients),
+        SqsRedrive::new(clients.sqs.clone(), &config.queue_url, config.dlq_url.clone()),
+        facts,
+        clients.clock.clone(),
+        clients.metrics.clone(),
+    )
+}
+
+/// The tables of `config` over the clients' DynamoDB.
+pub fn tables(config: &Config, clients: &Clients) -> Tables {
+    Tables::new(clients.dynamodb.clone(), &config.tables)
+}
+
+/// The settings of a pass, from the configuration.
+pub fn settings(config: &Config) -> ReconcileSettings {
+    ReconcileSettings {
+        grace_ms: config.grace_ms,
+        retention_ms: config.retention_hours * 3_600_000,
+    }
+}
+
+/// The reconciler function over `clients`: the one wiring `main.rs` and
+/// the integration tests share.
+pub fn wire(config: &Config, clients: Clients) -> App {
+    let facts = Arc::new(DynamoFacts::new(tables(config, &clients)));
+    let reconciler = Reconciler::new(ports(config, &clients, facts), settings(config));
+    App {
+        reconciler,
+        elasticache: config.replication_group.clone().map(|g| (clients.elasticache, g)),
+    }
 }

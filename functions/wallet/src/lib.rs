@@ -6,66 +6,70 @@
 //!
 //! A separate function from the grab, so the grab's cold start and hot path
 //! never load a DynamoDB client. Same identity rules as the grab: the caller
-//! is the verified JWT subject and can read nothing of anyone else.
+//! is the verified JWT subject and can read nothing of anyone else. The
+//! reads themselves are the domain's ([`WalletService`]); this crate is the
+//! HTTP edge and the wiring ([`wire`]).
 
 #![warn(missing_docs)]
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use coupon_edge::render::Reply;
-use coupon_edge::{header_str, identity, EdgeSettings};
-use coupon_shared::error::{ErrorCode, Lang};
-use coupon_shared::ids::UserId;
-use coupon_shared::issuance::{GrantRef, GrantStatus};
-use coupon_shared::ports::{OutboxLookup, WalletStore};
-use lambda_http::http::{header, Method};
+use coupon_adapters::dynamodb::{self, DynamoWallet, Tables};
+use coupon_adapters::redis::{Redis, RedisOutbox};
+use coupon_adapters::{aws, secrets};
+use coupon_domain::error::StoreError;
+use coupon_domain::ids::UserId;
+use coupon_domain::issuance::{GrantRef, GrantStatus};
+use coupon_domain::wallet::WalletService;
+use coupon_edge::{by_method, header_str, identity, EdgeSettings, ErrorCode, Lang, Matched, Reply, Segments};
+use lambda_http::http::Method;
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
-use tracing::error;
+
+pub mod config;
+
+pub use config::Config;
 
 /// Everything the handler needs, built once per Lambda instance.
 pub struct Wallet {
-    /// Issued and rejected grants (DynamoDB).
-    pub store: Arc<dyn WalletStore>,
-    /// Grants not yet issued (Redis outboxes).
-    pub outbox: Arc<dyn OutboxLookup>,
+    /// The reads.
+    pub service: WalletService,
     /// Identity rules.
     pub edge: EdgeSettings,
 }
 
-enum Route<'a> {
+/// What a request asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `GET /me/coupons`.
     Coupons,
-    Grant(&'a str),
-    WrongMethod,
-    NotFound,
+    /// `GET /me/grants/{grantId}`, with the decoded, unparsed id.
+    Grant(String),
 }
 
-fn route<'a>(method: &Method, path: &'a str) -> Route<'a> {
-    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    let route = match segments.as_slice() {
-        ["me", "coupons"] => Route::Coupons,
-        ["me", "grants", id] => Route::Grant(id),
-        _ => return Route::NotFound,
+/// Routes `method` and `path`.
+pub fn route(method: &Method, path: &str) -> Matched<Route> {
+    let Some(segments) = Segments::parse(path) else {
+        return Matched::BadPath;
     };
-    if method == Method::GET {
-        route
-    } else {
-        Route::WrongMethod
+    match segments.as_slice().as_slice() {
+        ["me", "coupons"] => by_method(method, "GET", [(Method::GET, Route::Coupons)]),
+        ["me", "grants", id] => by_method(method, "GET", [(Method::GET, Route::Grant(id.to_string()))]),
+        _ => Matched::NotFound,
     }
 }
 
 /// Serves one request; never fails, never panics.
 pub async fn handle(wallet: &Wallet, req: Request) -> Result<Response<Body>, Infallible> {
     let lang = Lang::from_accept_language(header_str(req.headers(), "accept-language"));
-    let reply = match route(req.method(), req.uri().path()) {
-        Route::NotFound => Reply::error(ErrorCode::RouteNotFound),
-        Route::WrongMethod => Reply::error(ErrorCode::MethodNotAllowed).with_header(header::ALLOW, "GET"),
-        route => match identity(&req, &wallet.edge) {
+    let reply = match route(req.method(), req.uri().path()).into_route() {
+        Err(reply) => reply,
+        Ok(route) => match identity(&req, &wallet.edge) {
             None => Reply::error(ErrorCode::Unauthorized),
             Some(caller) => match route {
-                Route::Grant(id) => grant(wallet, &caller.user, id).await,
-                _ => coupons(wallet, &caller.user).await,
+                Route::Grant(id) => grant(wallet, &caller.user, &id).await,
+                Route::Coupons => coupons(wallet, &caller.user).await,
             },
         },
     };
@@ -73,12 +77,9 @@ pub async fn handle(wallet: &Wallet, req: Request) -> Result<Response<Body>, Inf
 }
 
 async fn coupons(wallet: &Wallet, user: &UserId) -> Reply {
-    match wallet.store.coupons(user).await {
+    match wallet.service.coupons(user).await {
         Ok(coupons) => Reply::success(json!({ "coupons": coupons })),
-        Err(e) => {
-            error!(error = %e, source = ?std::error::Error::source(&e), "wallet unavailable");
-            Reply::error(ErrorCode::Busy).with_header(header::RETRY_AFTER, "1")
-        }
+        Err(e) => Reply::busy("wallet unavailable", &e),
     }
 }
 
@@ -89,7 +90,7 @@ async fn grant(wallet: &Wallet, user: &UserId, raw: &str) -> Reply {
     let Some(grant) = GrantRef::parse(raw) else {
         return Reply::error(ErrorCode::GrantNotFound);
     };
-    match status(wallet, user, &grant).await {
+    match wallet.service.grant_status(user, &grant).await {
         Ok(Some(status)) => {
             let (name, reason) = match status {
                 GrantStatus::Pending => ("PENDING", None),
@@ -103,25 +104,113 @@ async fn grant(wallet: &Wallet, user: &UserId, raw: &str) -> Reply {
             Reply::success(data)
         }
         Ok(None) => Reply::error(ErrorCode::GrantNotFound),
-        Err(e) => {
-            error!(error = %e, source = ?std::error::Error::source(&e), "grant status unavailable");
-            Reply::error(ErrorCode::Busy).with_header(header::RETRY_AFTER, "1")
-        }
+        Err(e) => Reply::busy("grant status unavailable", &e),
     }
 }
 
-/// DynamoDB, then the outbox, then DynamoDB again: the issuer may confirm a
-/// grant (and the reconciler trim it) between the first two reads.
-async fn status(
-    wallet: &Wallet,
-    user: &UserId,
-    grant: &GrantRef,
-) -> Result<Option<GrantStatus>, coupon_shared::error::StoreError> {
-    if let Some(s) = wallet.store.grant_status(user, grant).await? {
-        return Ok(Some(s));
+/// What a wallet instance is built from, made once at cold start.
+pub struct Clients {
+    /// Redis, for grants still in an outbox.
+    pub redis: Redis,
+    /// DynamoDB.
+    pub dynamodb: dynamodb::Client,
+}
+
+impl Clients {
+    /// The real clients.
+    pub async fn connect(config: &Config) -> Result<Self, StoreError> {
+        let sdk = aws::load(config.dynamodb).await;
+        Ok(Self {
+            redis: secrets::connect_redis(&config.redis, &sdk).await?,
+            dynamodb: dynamodb::Client::new(&sdk),
+        })
     }
-    if wallet.outbox.is_pending(user, grant).await? {
-        return Ok(Some(GrantStatus::Pending));
+}
+
+/// The wallet function over `clients`: the one wiring `main.rs` and the
+/// integration tests share.
+pub fn wire(config: &Config, clients: Clients) -> Wallet {
+    let tables = Tables::new(clients.dynamodb, &config.tables);
+    Wallet {
+        service: WalletService::new(
+            Arc::new(DynamoWallet::new(tables)),
+            Arc::new(RedisOutbox::new(clients.redis)),
+        ),
+        edge: config.http.clone(),
     }
-    wallet.store.grant_status(user, grant).await
+}
+
+#[cfg(test)]
+mod tests {
+    use coupon_domain::testing::{MemoryOutbox, MemoryWallet};
+
+    use super::*;
+
+    fn wallet(outbox: Arc<MemoryOutbox>) -> Wallet {
+        Wallet {
+            service: WalletService::new(Arc::new(MemoryWallet::default()), outbox),
+            edge: EdgeSettings {
+                trust_identity_headers: false,
+                user_id_claim: "sub".into(),
+                member_level_claim: "member_level".into(),
+                max_body_bytes: 4096,
+            },
+        }
+    }
+
+    /// The JWT fixture as a GET of `path`.
+    fn get(path: &str) -> Request {
+        let mut req = lambda_http::request::from_str(include_str!("../../../tests/fixtures/grab_jwt.json")).unwrap();
+        *req.method_mut() = Method::GET;
+        *req.uri_mut() = format!("https://example.com{path}").parse().unwrap();
+        req
+    }
+
+    async fn code(w: &Wallet, req: Request) -> (u16, String) {
+        let resp = handle(w, req).await.unwrap();
+        let Body::Text(text) = resp.body() else { panic!("text") };
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        (resp.status().as_u16(), v["code"].as_str().unwrap_or("").to_owned())
+    }
+
+    #[tokio::test]
+    async fn a_grant_still_in_the_outbox_is_pending_for_its_owner_only() {
+        let outbox = Arc::new(MemoryOutbox::default());
+        outbox.add(&UserId::parse("user-7f3a").unwrap(), "c1-0-1");
+        let w = wallet(outbox);
+        assert_eq!(code(&w, get("/me/grants/c1-0-1")).await, (200, "SUCCESS".into()));
+        assert_eq!(
+            code(&w, get("/me/grants/c1-0-2")).await,
+            (404, "GRANT_NOT_FOUND".into())
+        );
+        assert_eq!(code(&w, get("/me/grants/a%20b")).await, (400, "INVALID_REQUEST".into()));
+    }
+
+    #[tokio::test]
+    async fn no_identity_is_401_and_a_write_is_405() {
+        let w = wallet(Arc::default());
+        let mut req = get("/me/coupons");
+        if let Some(lambda_http::request::RequestContext::ApiGatewayV2(ctx)) =
+            req.extensions_mut().get_mut::<lambda_http::request::RequestContext>()
+        {
+            ctx.authorizer = None;
+        }
+        assert_eq!(code(&w, req).await, (401, "UNAUTHORIZED".into()));
+        let mut post = get("/me/coupons");
+        *post.method_mut() = Method::POST;
+        assert_eq!(code(&w, post).await, (405, "METHOD_NOT_ALLOWED".into()));
+        assert_eq!(code(&w, get("/me/coupons")).await, (200, "SUCCESS".into()));
+    }
+
+    #[test]
+    fn the_wallet_routes_are_reads() {
+        assert_eq!(route(&Method::GET, "/me/coupons"), Matched::Route(Route::Coupons));
+        assert_eq!(
+            route(&Method::GET, "/me/grants/c-0-1"),
+            Matched::Route(Route::Grant("c-0-1".into()))
+        );
+        assert_eq!(route(&Method::POST, "/me/coupons"), Matched::MethodNotAllowed("GET"));
+        assert_eq!(route(&Method::GET, "/me"), Matched::NotFound);
+        assert_eq!(route(&Method::GET, "/me/grants/%FF"), Matched::BadPath);
+    }
 }

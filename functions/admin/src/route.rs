@@ -1,0 +1,64 @@
+//! The admin routes: method and path (segments percent-decoded, as in every
+//! function) to an operation.
+
+use coupon_edge::{by_method, Matched, Segments};
+use lambda_http::http::Method;
+
+/// What a request asks for; ids are raw (parsed by the operation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `POST /admin/coupons`.
+    Create,
+    /// `GET /admin/coupons/{id}`.
+    View(String),
+    /// `PUT /admin/coupons/{id}/status`.
+    Status(String),
+    /// `POST /admin/coupons/{id}/stock`.
+    Stock(String),
+    /// `PUT /admin/coupons/{id}/rate`.
+    Rate(String),
+    /// `GET /admin/coupons/{id}/audit`.
+    Audit(String),
+    /// `POST /admin/coupons/{id}/reconcile`.
+    Reconcile(String),
+    /// `GET /admin/coupons/{id}/reconcile`.
+    Report(String),
+    /// `PUT` (true) or `DELETE` (false) `/admin/blacklist/{userId}`.
+    Blacklist(String, bool),
+    /// `GET /admin/blacklist/{userId}`.
+    BlacklistEntry(String),
+}
+
+/// Routes `method` and `path`.
+pub fn route(method: &Method, path: &str) -> Matched<Route> {
+    let Some(segments) = Segments::parse(path) else {
+        return Matched::BadPath;
+    };
+    let id = |s: &str| s.to_owned();
+    match segments.as_slice().as_slice() {
+        ["admin", "coupons"] => by_method(method, "POST", [(Method::POST, Route::Create)]),
+        ["admin", "coupons", c] => by_method(method, "GET", [(Method::GET, Route::View(id(c)))]),
+        ["admin", "coupons", c, "status"] => by_method(method, "PUT", [(Method::PUT, Route::Status(id(c)))]),
+        ["admin", "coupons", c, "stock"] => by_method(method, "POST", [(Method::POST, Route::Stock(id(c)))]),
+        ["admin", "coupons", c, "rate"] => by_method(method, "PUT", [(Method::PUT, Route::Rate(id(c)))]),
+        ["admin", "coupons", c, "audit"] => by_method(method, "GET", [(Method::GET, Route::Audit(id(c)))]),
+        ["admin", "coupons", c, "reconcile"] => by_method(
+            method,
+            "GET, POST",
+            [
+                (Method::POST, Route::Reconcile(id(c))),
+                (Method::GET, Route::Report(id(c))),
+            ],
+        ),
+        ["admin", "blacklist", u] => by_method(
+            method,
+            "DELETE, GET, PUT",
+            [
+                (Method::PUT, Route::Blacklist(id(u), true)),
+                (Method::DELETE, Route::Blacklist(id(u), false)),
+                (Method::GET, Route::BlacklistEntry(id(u))),
+            ],
+        ),
+        _ => Matched::NotFound,
+    }
+}

@@ -1,0 +1,102 @@
+//! The grab function's settings, read once at cold start from the
+//! environment (the SAM template sets them). A missing or malformed one
+//! fails the start with a message that names the variable.
+
+use coupon_adapters::config::{AwsCallSettings, RedisSettings};
+use coupon_domain::config::{metrics_namespace, ConfigError, Env, RiskLimits};
+use coupon_edge::EdgeSettings;
+
+/// Everything the grab function reads.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Redis (including `IDEMPOTENCY_TTL_SECS`, how long a request id's
+    /// outcome is kept).
+    pub redis: RedisSettings,
+    /// `GRANT_QUEUE_URL`: where winners go.
+    pub queue_url: String,
+    /// `SQS_MAX_ATTEMPTS` (3) and `SQS_TIMEOUT_MS` (1000).
+    pub sqs: AwsCallSettings,
+    /// Risk rules.
+    pub risk: RiskLimits,
+    /// Identity and request limits at the HTTP edge.
+    pub http: EdgeSettings,
+    /// `SOLD_OUT_MEMORY_MS` (1000): how long an instance remembers a sell-out.
+    pub sold_out_memory_ms: u64,
+    /// `METRICS_NAMESPACE` (`CouponGrab`).
+    pub metrics_namespace: String,
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from(&Env::process())
+    }
+
+    /// Reads any [`Env`].
+    pub fn from(env: &Env) -> Result<Self, ConfigError> {
+        let queue_url = env.required("GRANT_QUEUE_URL")?;
+        if !(queue_url.starts_with("http://") || queue_url.starts_with("https://")) {
+            return Err(ConfigError::Invalid {
+                var: "GRANT_QUEUE_URL",
+                problem: "must be an http(s) queue URL".into(),
+            });
+        }
+        Ok(Self {
+            redis: RedisSettings::from_env(env)?,
+            queue_url,
+            sqs: AwsCallSettings {
+                max_attempts: env.number("SQS_MAX_ATTEMPTS", 3, 1..=10)?,
+                operation_timeout_ms: env.number("SQS_TIMEOUT_MS", 1_000, 50..=30_000)?,
+            },
+            risk: RiskLimits::from_env(env)?,
+            http: EdgeSettings::from_env(env)?,
+            sold_out_memory_ms: env.number("SOLD_OUT_MEMORY_MS", 1_000, 0..=60_000)?,
+            metrics_namespace: metrics_namespace(env),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &[(&str, &str)] = &[
+        ("REDIS_URL", "redis://:hunter2-pw@127.0.0.1:6379"),
+        ("GRANT_QUEUE_URL", "http://localhost:4566/000000000000/grants"),
+    ];
+
+    fn env_with(extra: &[(&str, &str)]) -> Env {
+        let mut pairs = BASE.to_vec();
+        pairs.extend_from_slice(extra);
+        Env::from_pairs(&pairs)
+    }
+
+    #[test]
+    fn defaults_apply_when_only_the_required_settings_are_given() {
+        let cfg = Config::from(&env_with(&[])).unwrap();
+        assert!(!cfg.http.trust_identity_headers);
+        assert_eq!(cfg.risk.daily_claims_per_user, 5);
+        assert_eq!(cfg.http.max_body_bytes, 4096);
+        assert_eq!(cfg.redis.idempotency_ttl_secs, 86_400);
+    }
+
+    #[test]
+    fn a_missing_queue_url_names_the_variable() {
+        let err = Config::from(&Env::from_pairs(&BASE[..1])).unwrap_err();
+        assert_eq!(err.to_string(), "GRANT_QUEUE_URL is required but not set");
+    }
+
+    #[test]
+    fn a_malformed_number_names_the_variable_and_not_the_value() {
+        let err = Config::from(&env_with(&[("SOLD_OUT_MEMORY_MS", "soon")])).unwrap_err();
+        assert!(err.to_string().starts_with("SOLD_OUT_MEMORY_MS is invalid"));
+        let err = Config::from(&env_with(&[("MAX_BODY_BYTES", "1")])).unwrap_err();
+        assert!(err.to_string().contains("between 64"));
+    }
+
+    #[test]
+    fn the_redis_url_is_never_printed() {
+        let cfg = Config::from(&env_with(&[])).unwrap();
+        assert!(!format!("{cfg:?}").contains("hunter2-pw"));
+    }
+}

@@ -1,0 +1,161 @@
+//! The grab handler: identity, bodies and answers, over in-memory ports.
+
+use std::sync::Arc;
+
+use coupon_domain::clock::ManualClock;
+use coupon_domain::grab::ports::{ClaimReply, Recorded};
+use coupon_domain::grant::GrantRecord;
+use coupon_domain::metrics::RecordingMetrics;
+use coupon_domain::testing::{FakeQueue, FakeRisk, ScriptedLedger};
+
+use super::*;
+
+fn edge(trust: bool) -> EdgeSettings {
+    EdgeSettings {
+        trust_identity_headers: trust,
+        user_id_claim: "sub".into(),
+        member_level_claim: "member_level".into(),
+        max_body_bytes: 4096,
+    }
+}
+
+fn fixture(name: &str) -> Request {
+    let json = match name {
+        "jwt" => include_str!("../../../tests/fixtures/grab_jwt.json"),
+        _ => include_str!("../../../tests/fixtures/grab_function_url.json"),
+    };
+    lambda_http::request::from_str(json).expect("fixture is a valid event")
+}
+
+#[test]
+fn the_caller_comes_from_the_verified_jwt_claims() {
+    let caller = identity(&fixture("jwt"), &edge(false)).unwrap();
+    assert_eq!(caller.user.as_str(), "user-7f3a");
+    assert_eq!(caller.level, 2);
+    assert_eq!(caller.ip.unwrap().to_string(), "203.0.113.7");
+}
+
+#[test]
+fn identity_headers_count_for_nothing_outside_the_local_mode() {
+    assert_eq!(identity(&fixture("url"), &edge(false)), None);
+}
+
+#[test]
+fn the_local_mode_reads_identity_headers_when_there_is_no_token() {
+    let caller = identity(&fixture("url"), &edge(true)).unwrap();
+    assert_eq!(caller.user.as_str(), "someone-else");
+    assert_eq!(caller.level, 9);
+}
+
+#[test]
+fn claims_win_over_headers_even_in_the_local_mode() {
+    let mut req = fixture("jwt");
+    req.headers_mut().insert("x-user-id", "victim".parse().unwrap());
+    assert_eq!(identity(&req, &edge(true)).unwrap().user.as_str(), "user-7f3a");
+}
+
+#[test]
+fn the_fixture_body_parses_to_its_request_id() {
+    assert_eq!(parse_body(&fixture("jwt"), 4096).unwrap().as_str(), "req-0001");
+    assert_eq!(parse_body(&fixture("url"), 4096).unwrap().as_str(), "req-0002");
+}
+
+#[test]
+fn a_body_over_the_limit_is_413() {
+    let reply = parse_body(&fixture("jwt"), 8).unwrap_err();
+    assert_eq!(reply.code(), ErrorCode::PayloadTooLarge);
+}
+
+/// The handler over in-memory ports, with the fixture's caller.
+fn app(ledger: ScriptedLedger, queue: Arc<FakeQueue>) -> GrabApp {
+    let config = Config::from(&coupon_domain::config::Env::from_pairs(&[
+        ("REDIS_URL", "redis://127.0.0.1:1"),
+        ("GRANT_QUEUE_URL", "http://127.0.0.1:1/q"),
+    ]))
+    .unwrap();
+    wire_ports(
+        &config,
+        Ports {
+            ledger: Arc::new(ledger),
+            risk: Arc::new(FakeRisk::allowing()),
+            publisher: queue,
+            clock: Arc::new(ManualClock::new(1_000)),
+            metrics: Arc::new(RecordingMetrics::default()),
+        },
+    )
+}
+
+fn won() -> ScriptedLedger {
+    ScriptedLedger {
+        shards: 1,
+        claim: Some(ClaimReply::Won(GrantRecord {
+            grant_id: "c1-0-1".into(),
+            ordinal: 1,
+            shard: 0,
+            granted_at_ms: 1_000,
+        })),
+        ..ScriptedLedger::default()
+    }
+}
+
+async fn answer(app: &GrabApp, req: Request) -> (u16, Value) {
+    let resp = handle(app, req).await.expect("infallible");
+    let Body::Text(text) = resp.body() else {
+        panic!("a text body")
+    };
+    (resp.status().as_u16(), serde_json::from_str(text).expect("JSON"))
+}
+
+#[tokio::test]
+async fn a_winning_press_is_200_success_and_its_grant_is_queued() {
+    let queue = Arc::new(FakeQueue::default());
+    let (status, body) = answer(&app(won(), queue.clone()), fixture("jwt")).await;
+    assert_eq!((status, body["code"].as_str()), (200, Some("SUCCESS")));
+    assert_eq!(body["data"]["grantId"], "c1-0-1");
+    let sent = queue.sent.lock().unwrap();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].user_id.as_str(), "user-7f3a", "the user is the token's subject");
+}
+
+#[tokio::test]
+async fn redis_that_does_not_answer_is_503_busy_with_retry_after() {
+    let ledger = ScriptedLedger {
+        fail_claim: true,
+        ..won()
+    };
+    let resp = handle(&app(ledger, Arc::default()), fixture("jwt")).await.unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
+}
+
+#[tokio::test]
+async fn a_positional_array_body_is_400_and_touches_no_store() {
+    let ledger = won();
+    let mut req = fixture("jwt");
+    *req.body_mut() = Body::Text(r#"["press-1"]"#.into());
+    let app = app(ledger, Arc::default());
+    let (status, body) = answer(&app, req).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("INVALID_REQUEST")));
+    assert_eq!(body["data"]["detail"], "the body must be a JSON object");
+}
+
+#[tokio::test]
+async fn a_replayed_win_answers_the_original_grant_without_sending_again() {
+    let ledger = ScriptedLedger {
+        claim: Some(ClaimReply::Replay(Recorded::Won(GrantRecord {
+            grant_id: "c1-0-9".into(),
+            ordinal: 1,
+            shard: 0,
+            granted_at_ms: 900,
+        }))),
+        ..won()
+    };
+    let queue = Arc::new(FakeQueue::default());
+    let (status, body) = answer(&app(ledger, queue.clone()), fixture("jwt")).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (body["data"]["grantId"].as_str(), body["data"]["replayed"].as_bool()),
+        (Some("c1-0-9"), Some(true))
+    );
+    assert!(queue.sent.lock().unwrap().is_empty());
+}

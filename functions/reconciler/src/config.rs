@@ -1,0 +1,105 @@
+//! The reconciler's settings, read once at cold start. Redis is named by
+//! URL (or host), or found through the ElastiCache API by replication group.
+
+use coupon_adapters::config::{dynamodb_calls, AwsCallSettings, RedisSettings, TableNames};
+use coupon_domain::config::{metrics_namespace, ConfigError, Env};
+
+/// Where the reconciler finds Redis.
+#[derive(Debug, Clone)]
+pub enum RedisSource {
+    /// `REDIS_URL` is set.
+    Url(RedisSettings),
+    /// `ELASTICACHE_REPLICATION_GROUP_ID` names the group to look up; the
+    /// token (if any) is `REDIS_AUTH_TOKEN`.
+    ReplicationGroup(String),
+}
+
+/// Everything the reconciler reads.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where Redis is.
+    pub redis: RedisSource,
+    /// `ELASTICACHE_REPLICATION_GROUP_ID`, reported on when set.
+    pub replication_group: Option<String>,
+    /// `COUPONS_TABLE` and `USER_COUPONS_TABLE`.
+    pub tables: TableNames,
+    /// `GRANT_QUEUE_URL`: where re-driven grants go.
+    pub queue_url: String,
+    /// `GRANT_DLQ_URL`: whose depth is reported (optional).
+    pub dlq_url: Option<String>,
+    /// AWS call settings.
+    pub aws: AwsCallSettings,
+    /// `RECONCILE_GRACE_MS` (30000): younger grants are not re-driven.
+    pub grace_ms: i64,
+    /// `RECONCILE_RETENTION_HOURS` (168): ended coupons are visited this long.
+    pub retention_hours: i64,
+    /// `METRICS_NAMESPACE` (`CouponGrab`).
+    pub metrics_namespace: String,
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from(&Env::process())
+    }
+
+    /// Reads any [`Env`].
+    pub fn from(env: &Env) -> Result<Self, ConfigError> {
+        let replication_group = env.optional("ELASTICACHE_REPLICATION_GROUP_ID");
+        let redis = match (RedisSettings::is_configured(env), &replication_group) {
+            (true, _) => RedisSource::Url(RedisSettings::from_env(env)?),
+            (false, Some(group)) => RedisSource::ReplicationGroup(group.clone()),
+            (false, None) => {
+                return Err(ConfigError::Missing(
+                    "REDIS_URL (or REDIS_HOST, or ELASTICACHE_REPLICATION_GROUP_ID)",
+                ))
+            }
+        };
+        Ok(Self {
+            redis,
+            replication_group,
+            tables: TableNames::from_env(env)?,
+            queue_url: env.required("GRANT_QUEUE_URL")?,
+            dlq_url: env.optional("GRANT_DLQ_URL"),
+            aws: dynamodb_calls(env)?,
+            grace_ms: env.number("RECONCILE_GRACE_MS", 30_000, 0..=86_400_000)?,
+            retention_hours: env.number("RECONCILE_RETENTION_HOURS", 168, 1..=24 * 90)?,
+            metrics_namespace: metrics_namespace(env),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reconciler_needs_a_redis_url_or_a_replication_group() {
+        let tables = [
+            ("COUPONS_TABLE", "c"),
+            ("USER_COUPONS_TABLE", "u"),
+            ("GRANT_QUEUE_URL", "http://q"),
+        ];
+        let err = Config::from(&Env::from_pairs(&tables)).unwrap_err();
+        assert!(err
+            .to_string()
+            .starts_with("REDIS_URL (or REDIS_HOST, or ELASTICACHE_REPLICATION_GROUP_ID)"));
+        let mut with_group = tables.to_vec();
+        with_group.push(("ELASTICACHE_REPLICATION_GROUP_ID", "coupons"));
+        let cfg = Config::from(&Env::from_pairs(&with_group)).unwrap();
+        assert!(matches!(cfg.redis, RedisSource::ReplicationGroup(ref g) if g == "coupons"));
+    }
+
+    #[test]
+    fn the_grace_period_and_retention_have_bounds() {
+        let env = Env::from_pairs(&[
+            ("REDIS_URL", "redis://h"),
+            ("COUPONS_TABLE", "c"),
+            ("USER_COUPONS_TABLE", "u"),
+            ("GRANT_QUEUE_URL", "http://q"),
+            ("RECONCILE_RETENTION_HOURS", "0"),
+        ]);
+        let err = Config::from(&env).unwrap_err();
+        assert!(err.to_string().starts_with("RECONCILE_RETENTION_HOURS is invalid"));
+    }
+}

@@ -1,0 +1,53 @@
+//! The wallet's settings, read once at cold start.
+
+use coupon_adapters::config::{dynamodb_calls, AwsCallSettings, RedisSettings, TableNames};
+use coupon_domain::config::{ConfigError, Env};
+use coupon_edge::EdgeSettings;
+
+/// Everything the wallet (reading coupons) reads.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Redis, for grants still in an outbox.
+    pub redis: RedisSettings,
+    /// `COUPONS_TABLE` and `USER_COUPONS_TABLE`.
+    pub tables: TableNames,
+    /// DynamoDB call settings.
+    pub dynamodb: AwsCallSettings,
+    /// Identity and request limits.
+    pub http: EdgeSettings,
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from(&Env::process())
+    }
+
+    /// Reads any [`Env`].
+    pub fn from(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            redis: RedisSettings::from_env(env)?,
+            tables: TableNames::from_env(env)?,
+            dynamodb: dynamodb_calls(env)?,
+            http: EdgeSettings::from_env(env)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wallet_needs_redis_and_both_tables() {
+        let err = Config::from(&Env::from_pairs(&[("COUPONS_TABLE", "c")])).unwrap_err();
+        assert_eq!(err.to_string(), "REDIS_URL is required but not set");
+        let cfg = Config::from(&Env::from_pairs(&[
+            ("REDIS_URL", "redis://h"),
+            ("COUPONS_TABLE", "c"),
+            ("USER_COUPONS_TABLE", "u"),
+        ]))
+        .unwrap();
+        assert!(!cfg.http.trust_identity_headers);
+    }
+}

@@ -1,0 +1,20 @@
+"""The local stack's settings as infra/env.sh exported them: one place for
+every port, so a script never falls back to a number of its own."""
+
+import os
+import sys
+
+
+def port(name):
+    """The port `name` (e.g. LAMBDA_PORT) from the environment infra/env.sh
+    set up; exits with a clear message when it is missing or malformed."""
+    raw = os.environ.get(name)
+    if raw is None:
+        sys.exit(f"{name} is not set: run this through make, or source infra/env.sh first")
+    try:
+        value = int(raw)
+    except ValueError:
+        sys.exit(f"{name} must be a port number, not {raw!r}")
+    if not 0 < value < 65536:
+        sys.exit(f"{name} must be between 1 and 65535")
+    return value

@@ -1,0 +1,223 @@
+//! The adapters' settings: how to reach Redis and how AWS SDK calls
+//! behave. Each function's `Config` is built from these pieces (and the
+//! edge's and the domain's), read once at cold start. The Redis URL may
+//! carry a password: the `Debug` impl prints it redacted.
+
+use std::fmt;
+
+use coupon_domain::config::{ConfigError, Env};
+
+/// How to reach Redis and how to lay out keys.
+#[derive(Clone)]
+pub struct RedisSettings {
+    /// `redis://` or `rediss://` (TLS) URL; may hold the auth token.
+    pub url: String,
+    /// Prepended to every key (no braces).
+    pub key_prefix: String,
+    /// Per-command response timeout.
+    pub response_timeout_ms: u64,
+    /// Connect timeout.
+    pub connect_timeout_ms: u64,
+    /// `REDIS_CLUSTER`: the URL is a Redis Cluster node (ElastiCache cluster
+    /// mode enabled); commands are routed by slot.
+    pub cluster: bool,
+    /// `REDIS_AUTH_SECRET_ARN`: a Secrets Manager secret holding the auth
+    /// token, read once at cold start (never put in an environment variable).
+    pub auth_secret_arn: Option<String>,
+    /// `IDEMPOTENCY_TTL_SECS` (86400): how long a request id's outcome is
+    /// kept in Redis. Every function that writes request records (the grab,
+    /// and the reconciler finishing a borrow) reads the same setting.
+    pub idempotency_ttl_secs: u64,
+}
+
+impl fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisSettings")
+            .field("url", &"<redacted>")
+            .field("key_prefix", &self.key_prefix)
+            .field("response_timeout_ms", &self.response_timeout_ms)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("cluster", &self.cluster)
+            .field("auth_secret_arn", &self.auth_secret_arn)
+            .field("idempotency_ttl_secs", &self.idempotency_ttl_secs)
+            .finish()
+    }
+}
+
+impl RedisSettings {
+    /// `REDIS_URL`, or `REDIS_HOST` with `REDIS_PORT` (6379) and `REDIS_TLS`
+    /// (true) as a deployment sets them from the ElastiCache resource; then
+    /// `REDIS_KEY_PREFIX`, `REDIS_TIMEOUT_MS`, `REDIS_CONNECT_TIMEOUT_MS`,
+    /// `REDIS_CLUSTER`, `REDIS_AUTH_SECRET_ARN`, `IDEMPOTENCY_TTL_SECS`.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        match Self::url_from_parts(env)? {
+            Some(url) => Self::with_url(env, url),
+            None => Self::with_url(env, env.required("REDIS_URL")?),
+        }
+    }
+
+    /// True if the environment names a Redis endpoint at all.
+    pub fn is_configured(env: &Env) -> bool {
+        env.optional("REDIS_URL").is_some() || env.optional("REDIS_HOST").is_some()
+    }
+
+    fn url_from_parts(env: &Env) -> Result<Option<String>, ConfigError> {
+        if env.optional("REDIS_URL").is_some() {
+            return Ok(None);
+        }
+        let Some(host) = env.optional("REDIS_HOST") else {
+            return Ok(None);
+        };
+        if host.contains(['/', '@', ' ', '{', '}']) {
+            return Err(ConfigError::Invalid {
+                var: "REDIS_HOST",
+                problem: "must be a host name or address".into(),
+            });
+        }
+        let port: u16 = env.number("REDIS_PORT", 6379, 1..=65_535)?;
+        let scheme = if env.flag("REDIS_TLS", true)? {
+            "rediss"
+        } else {
+            "redis"
+        };
+        Ok(Some(format!("{scheme}://{host}:{port}")))
+    }
+
+    /// The same settings with `token` as the password in the URL.
+    pub fn with_auth_token(mut self, token: &str) -> Self {
+        if let Some((scheme, rest)) = self.url.split_once("://") {
+            let host = rest.rsplit_once('@').map(|(_, h)| h).unwrap_or(rest);
+            self.url = format!("{scheme}://:{token}@{host}");
+        }
+        self
+    }
+
+    /// The other Redis settings with a URL found elsewhere (ElastiCache
+    /// discovery), for a function that has no `REDIS_URL`.
+    pub fn with_url(env: &Env, url: String) -> Result<Self, ConfigError> {
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            return Err(ConfigError::Invalid {
+                var: "REDIS_URL",
+                problem: "must start with redis:// or rediss://".into(),
+            });
+        }
+        let key_prefix = env.optional("REDIS_KEY_PREFIX").unwrap_or_default();
+        if key_prefix.len() > 64 || key_prefix.contains(['{', '}']) || key_prefix.chars().any(char::is_whitespace) {
+            return Err(ConfigError::Invalid {
+                var: "REDIS_KEY_PREFIX",
+                problem: "at most 64 characters, no braces or white space".into(),
+            });
+        }
+        Ok(Self {
+            url,
+            key_prefix,
+            response_timeout_ms: env.number("REDIS_TIMEOUT_MS", 500, 10..=30_000)?,
+            connect_timeout_ms: env.number("REDIS_CONNECT_TIMEOUT_MS", 1_000, 10..=30_000)?,
+            cluster: env.flag("REDIS_CLUSTER", false)?,
+            auth_secret_arn: env.optional("REDIS_AUTH_SECRET_ARN"),
+            idempotency_ttl_secs: env.number("IDEMPOTENCY_TTL_SECS", 86_400, 60..=30 * 86_400)?,
+        })
+    }
+}
+
+/// The two DynamoDB tables, by name: `COUPONS_TABLE` (definitions,
+/// counters, rejections, audit log, blacklist) and `USER_COUPONS_TABLE`
+/// (the users' coupons). Every function that touches DynamoDB reads both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableNames {
+    /// `COUPONS_TABLE`.
+    pub coupons: String,
+    /// `USER_COUPONS_TABLE`.
+    pub user_coupons: String,
+}
+
+impl TableNames {
+    /// Reads both names; each is required.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            coupons: env.required("COUPONS_TABLE")?,
+            user_coupons: env.required("USER_COUPONS_TABLE")?,
+        })
+    }
+}
+
+/// AWS SDK client behaviour for calls on a request path.
+#[derive(Debug, Clone, Copy)]
+pub struct AwsCallSettings {
+    /// Attempts per call, first one included (SDK standard retry).
+    pub max_attempts: u32,
+    /// Bound on one call, all attempts together.
+    pub operation_timeout_ms: u64,
+}
+
+/// Call settings for DynamoDB off the grab path: `DDB_MAX_ATTEMPTS` (4),
+/// `DDB_TIMEOUT_MS` (5000).
+pub fn dynamodb_calls(env: &Env) -> Result<AwsCallSettings, ConfigError> {
+    Ok(AwsCallSettings {
+        max_attempts: env.number("DDB_MAX_ATTEMPTS", 4, 1..=10)?,
+        operation_timeout_ms: env.number("DDB_TIMEOUT_MS", 5_000, 100..=60_000)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_redis_url_is_never_printed() {
+        let settings =
+            RedisSettings::from_env(&Env::from_pairs(&[("REDIS_URL", "redis://:hunter2-pw@127.0.0.1:6379")])).unwrap();
+        assert!(!format!("{settings:?}").contains("hunter2-pw"));
+        assert_eq!(settings.idempotency_ttl_secs, 86_400);
+    }
+
+    #[test]
+    fn a_url_found_by_discovery_keeps_the_other_settings() {
+        let env = Env::from_pairs(&[("IDEMPOTENCY_TTL_SECS", "3600")]);
+        let settings = RedisSettings::with_url(&env, "rediss://h:6379".into()).unwrap();
+        assert_eq!(settings.url, "rediss://h:6379");
+        assert_eq!(settings.idempotency_ttl_secs, 3_600);
+        assert!(RedisSettings::with_url(&env, "http://h".into()).is_err());
+    }
+
+    #[test]
+    fn a_deployment_names_redis_by_host_and_keeps_the_token_in_secrets_manager() {
+        let env = Env::from_pairs(&[
+            ("REDIS_HOST", "clustercfg.coupons.abc123.use1.cache.amazonaws.com"),
+            ("REDIS_CLUSTER", "true"),
+            (
+                "REDIS_AUTH_SECRET_ARN",
+                "arn:aws:secretsmanager:us-east-1:1:secret:redis",
+            ),
+        ]);
+        let settings = RedisSettings::from_env(&env).unwrap();
+        assert_eq!(
+            settings.url,
+            "rediss://clustercfg.coupons.abc123.use1.cache.amazonaws.com:6379"
+        );
+        assert!(settings.cluster);
+        let with_token = settings.with_auth_token("s3cret");
+        assert_eq!(
+            with_token.url,
+            "rediss://:s3cret@clustercfg.coupons.abc123.use1.cache.amazonaws.com:6379"
+        );
+        assert!(!format!("{with_token:?}").contains("s3cret"));
+        let err = RedisSettings::from_env(&Env::from_pairs(&[("REDIS_HOST", "a/b")])).unwrap_err();
+        assert!(err.to_string().starts_with("REDIS_HOST is invalid"));
+        let missing = RedisSettings::from_env(&Env::from_pairs(&[])).unwrap_err();
+        assert_eq!(missing, ConfigError::Missing("REDIS_URL"));
+    }
+
+    #[test]
+    fn both_table_names_are_required_and_named_when_missing() {
+        let err = TableNames::from_env(&Env::from_pairs(&[("COUPONS_TABLE", "c")])).unwrap_err();
+        assert_eq!(err, ConfigError::Missing("USER_COUPONS_TABLE"));
+    }
+
+    #[test]
+    fn a_key_prefix_with_braces_is_refused() {
+        let env = Env::from_pairs(&[("REDIS_URL", "redis://h"), ("REDIS_KEY_PREFIX", "{x}")]);
+        let err = RedisSettings::from_env(&env).unwrap_err();
+        assert!(err.to_string().starts_with("REDIS_KEY_PREFIX"));
+    }
+}

@@ -1,0 +1,90 @@
+//! Coupon definitions (`COUPON#<id>` / `DEF`) and, written with them in
+//! one transaction, the capped counters (`COUNTER#<k>`).
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use coupon_domain::catalog::CouponRepository;
+use coupon_domain::coupon::CouponDefinition;
+use coupon_domain::error::StoreError;
+use coupon_domain::ids::CouponId;
+
+use super::items::{coupon_pk, n, parse_definition, put_if_absent, s, unavailable, Item, Tables};
+
+/// [`CouponRepository`] on DynamoDB.
+#[derive(Debug, Clone)]
+pub struct DynamoCouponRepository {
+    tables: Tables,
+}
+
+impl DynamoCouponRepository {
+    /// Definitions in the coupons table.
+    pub fn new(tables: Tables) -> Self {
+        Self { tables }
+    }
+}
+
+#[async_trait]
+impl CouponRepository for DynamoCouponRepository {
+    async fn put_definition(&self, def: &CouponDefinition) -> Result<bool, StoreError> {
+        let json = serde_json::to_string(def).map_err(unavailable)?;
+        let pk = coupon_pk(&def.coupon_id);
+        let put = |item: Item| put_if_absent(&self.tables.coupons, item);
+        // The definition and its counters appear together or not at all.
+        let mut request = self
+            .tables
+            .client
+            .transact_write_items()
+            .transact_items(put(HashMap::from([
+                ("pk".to_owned(), s(pk.clone())),
+                ("sk".to_owned(), s("DEF")),
+                ("definition".to_owned(), s(json)),
+                ("fingerprint".to_owned(), s(def.fingerprint())),
+                ("total_stock".to_owned(), n(def.total_stock)),
+                ("status".to_owned(), s(def.status.as_str())),
+                ("grab_end_ms".to_owned(), n(def.grab_end_ms)),
+                ("version".to_owned(), n(0)),
+            ]))?);
+        for k in 0..def.counter_items() {
+            request = request.transact_items(put(HashMap::from([
+                ("pk".to_owned(), s(pk.clone())),
+                ("sk".to_owned(), s(format!("COUNTER#{k}"))),
+                ("cap".to_owned(), n(def.counter_cap(k))),
+                ("issued".to_owned(), n(0)),
+            ]))?);
+        }
+        match request.send().await {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), TransactWriteItemsError::TransactionCanceledException(_)) =>
+            {
+                match self.get_definition(&def.coupon_id).await? {
+                    Some(existing) if existing.fingerprint() == def.fingerprint() => Ok(false),
+                    Some(_) => Err(StoreError::Conflict(format!(
+                        "coupon {} exists with a different definition",
+                        def.coupon_id
+                    ))),
+                    None => Err(StoreError::Unavailable("definition write cancelled".into())),
+                }
+            }
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    async fn get_definition(&self, coupon: &CouponId) -> Result<Option<CouponDefinition>, StoreError> {
+        let out = self
+            .tables
+            .client
+            .get_item()
+            .table_name(&self.tables.coupons)
+            .key("pk", s(coupon_pk(coupon)))
+            .key("sk", s("DEF"))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        out.item.as_ref().map(parse_definition).transpose()
+    }
+}

@@ -1,0 +1,159 @@
+//! What the reconciler reads from DynamoDB: definitions, issued counts,
+//! rejections, which grants are issued, holdings, and rebuild records.
+
+use std::collections::{HashMap, HashSet};
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::KeysAndAttributes;
+use coupon_domain::coupon::CouponDefinition;
+use coupon_domain::error::StoreError;
+use coupon_domain::grant::Grant;
+use coupon_domain::ids::{CouponId, UserId};
+use coupon_domain::issuance::{Holdings, RejectReason};
+use coupon_domain::reconcile::ports::{DurableFacts, RejectedGrant};
+
+use super::items::{
+    coupon_pk, get_n, get_s, n, parse_definition, s, unavailable, user_coupon_sk, user_pk, Item, Tables,
+    BY_COUPON_INDEX,
+};
+
+/// [`DurableFacts`] on DynamoDB.
+#[derive(Debug, Clone)]
+pub struct DynamoFacts {
+    tables: Tables,
+}
+
+impl DynamoFacts {
+    /// The reconciler's reads over both tables.
+    pub fn new(tables: Tables) -> Self {
+        Self { tables }
+    }
+}
+
+#[async_trait]
+impl DurableFacts for DynamoFacts {
+    async fn definitions(&self) -> Result<Vec<CouponDefinition>, StoreError> {
+        let items = self
+            .tables
+            .scan_coupons("sk = :def", HashMap::from([(":def".to_owned(), s("DEF"))]))
+            .await?;
+        items.iter().map(parse_definition).collect()
+    }
+
+    async fn issued(&self, coupon: &CouponId) -> Result<u64, StoreError> {
+        let counters = self.tables.coupon_items(coupon, "COUNTER#").await?;
+        Ok(counters.iter().filter_map(|i| get_n::<u64>(i, "issued")).sum())
+    }
+
+    async fn rejections(&self, coupon: &CouponId) -> Result<Vec<RejectedGrant>, StoreError> {
+        let items = self.tables.coupon_items(coupon, "GRANT#").await?;
+        Ok(items
+            .iter()
+            .filter_map(|i| {
+                Some(RejectedGrant {
+                    grant_id: get_s(i, "sk")?.strip_prefix("GRANT#")?.to_owned(),
+                    reason: RejectReason::parse(get_s(i, "reason")?)?,
+                })
+            })
+            .collect())
+    }
+
+    async fn issued_grants(&self, grants: &[Grant]) -> Result<HashSet<String>, StoreError> {
+        let mut wanted: HashMap<(String, String), &str> = HashMap::new();
+        for g in grants {
+            wanted.insert(
+                (user_pk(&g.user_id), user_coupon_sk(&g.coupon_id, g.ordinal)),
+                g.grant_id.as_str(),
+            );
+        }
+        let keys: Vec<(String, String)> = wanted.keys().cloned().collect();
+        let mut found = HashSet::new();
+        for chunk in keys.chunks(100) {
+            let mut pending: Vec<Item> = chunk
+                .iter()
+                .map(|(pk, sk)| HashMap::from([("pk".to_owned(), s(pk.clone())), ("sk".to_owned(), s(sk.clone()))]))
+                .collect();
+            for _attempt in 0..8 {
+                if pending.is_empty() {
+                    break;
+                }
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut pending)))
+                    .projection_expression("pk, sk, grant_id")
+                    .consistent_read(true)
+                    .build()
+                    .map_err(unavailable)?;
+                let out = self
+                    .tables
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.tables.user_coupons, request)
+                    .send()
+                    .await
+                    .map_err(unavailable)?;
+                for item in out
+                    .responses
+                    .unwrap_or_default()
+                    .remove(&self.tables.user_coupons)
+                    .unwrap_or_default()
+                {
+                    let key = (
+                        get_s(&item, "pk").unwrap_or("").to_owned(),
+                        get_s(&item, "sk").unwrap_or("").to_owned(),
+                    );
+                    if let (Some(expected), Some(actual)) = (wanted.get(&key), get_s(&item, "grant_id")) {
+                        if *expected == actual {
+                            found.insert(actual.to_owned());
+                        }
+                    }
+                }
+                pending = out
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.tables.user_coupons))
+                    .map(|k| k.keys)
+                    .unwrap_or_default();
+            }
+            if !pending.is_empty() {
+                return Err(StoreError::Unavailable("batch reads stayed unprocessed".into()));
+            }
+        }
+        Ok(found)
+    }
+
+    async fn holdings(&self, coupon: &CouponId) -> Result<Holdings, StoreError> {
+        let items = self
+            .tables
+            .query_all(
+                &self.tables.user_coupons,
+                Some(BY_COUPON_INDEX),
+                "coupon_id = :c",
+                HashMap::from([(":c".to_owned(), s(coupon.as_str()))]),
+            )
+            .await?;
+        let mut holdings = Holdings::new();
+        for item in &items {
+            if let Some(user) = get_s(item, "user_id").and_then(|u| UserId::parse(u).ok()) {
+                *holdings.entry(user).or_default() += 1;
+            }
+        }
+        Ok(holdings)
+    }
+
+    async fn record_rebuild(&self, coupon: &CouponId, now_ms: i64, restored: u64) -> Result<(), StoreError> {
+        self.tables
+            .client
+            .put_item()
+            .table_name(&self.tables.coupons)
+            .item("pk", s(coupon_pk(coupon)))
+            .item("sk", s(format!("REBUILD#{now_ms:015}")))
+            .item("restored", n(restored))
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn was_rebuilt(&self, coupon: &CouponId) -> Result<bool, StoreError> {
+        Ok(!self.tables.coupon_items(coupon, "REBUILD#").await?.is_empty())
+    }
+}

@@ -1,0 +1,228 @@
+//! Issuance: one transaction per grant puts the user coupon under
+//! `(user, coupon, ordinal)` with `attribute_not_exists` and takes one unit
+//! of a capped counter; a full cap or a taken ordinal is recorded as a
+//! rejection (`GRANT#<grantId>`).
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
+use coupon_domain::coupon::{counter_items_for, fnv1a64, CouponDefinition};
+use coupon_domain::error::BoxError;
+use coupon_domain::grant::Grant;
+use coupon_domain::ids::CouponId;
+use coupon_domain::issuance::{IssueError, IssueLedger, IssueOutcome, RejectReason};
+
+use super::items::{coupon_pk, get_n, get_s, n, s, user_coupon_sk, user_pk, Item, Tables};
+
+/// [`IssueLedger`] on DynamoDB.
+#[derive(Debug, Clone)]
+pub struct DynamoIssueLedger {
+    tables: Tables,
+}
+
+impl DynamoIssueLedger {
+    /// The issuer's writes to both tables.
+    pub fn new(tables: Tables) -> Self {
+        Self { tables }
+    }
+}
+
+impl DynamoIssueLedger {
+    /// The number of counter items the coupon has now (its stock may have
+    /// grown since the issuer cached the definition).
+    async fn live_counter_items(&self, coupon: &CouponId) -> Result<u32, IssueError> {
+        let out = self
+            .tables
+            .client
+            .get_item()
+            .table_name(&self.tables.coupons)
+            .key("pk", s(coupon_pk(coupon)))
+            .key("sk", s("DEF"))
+            .projection_expression("total_stock")
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| classify(Box::new(e), false))?;
+        Ok(counter_items_for(
+            out.item.as_ref().and_then(|i| get_n(i, "total_stock")).unwrap_or(0),
+        ))
+    }
+
+    fn user_coupon_item(grant: &Grant, def: &CouponDefinition, now_ms: i64) -> Item {
+        // Kept 90 days past validity, then DynamoDB's TTL removes it.
+        let expires_at = def.valid_until_ms / 1000 + 90 * 86_400;
+        HashMap::from([
+            ("pk".to_owned(), s(user_pk(&grant.user_id))),
+            ("sk".to_owned(), s(user_coupon_sk(&grant.coupon_id, grant.ordinal))),
+            ("coupon_id".to_owned(), s(grant.coupon_id.as_str())),
+            ("user_id".to_owned(), s(grant.user_id.as_str())),
+            ("ordinal".to_owned(), n(grant.ordinal)),
+            ("grant_id".to_owned(), s(grant.grant_id.clone())),
+            ("status".to_owned(), s("UNUSED")),
+            ("name".to_owned(), s(def.name.clone())),
+            ("amount".to_owned(), n(def.amount)),
+            ("received_at_ms".to_owned(), n(now_ms)),
+            ("valid_from_ms".to_owned(), n(def.valid_from_ms)),
+            ("valid_until_ms".to_owned(), n(def.valid_until_ms)),
+            ("expires_at".to_owned(), n(expires_at)),
+        ])
+    }
+
+    /// The key (user, coupon, ordinal) is taken: by this grant (a repeated
+    /// delivery) or by another one.
+    async fn existing(&self, grant: &Grant, now_ms: i64) -> Result<IssueOutcome, IssueError> {
+        let out = self
+            .tables
+            .client
+            .get_item()
+            .table_name(&self.tables.user_coupons)
+            .key("pk", s(user_pk(&grant.user_id)))
+            .key("sk", s(user_coupon_sk(&grant.coupon_id, grant.ordinal)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| classify(Box::new(e), false))?;
+        match out.item.as_ref().and_then(|i| get_s(i, "grant_id")) {
+            Some(id) if id == grant.grant_id => Ok(IssueOutcome::Duplicate),
+            Some(_) => self.reject(grant, RejectReason::OrdinalTaken, now_ms).await,
+            None => Err(IssueError::Unavailable(
+                "user coupon vanished after a failed condition".into(),
+            )),
+        }
+    }
+
+    async fn reject(&self, grant: &Grant, reason: RejectReason, now_ms: i64) -> Result<IssueOutcome, IssueError> {
+        let result = self
+            .tables
+            .client
+            .put_item()
+            .table_name(&self.tables.coupons)
+            .item("pk", s(coupon_pk(&grant.coupon_id)))
+            .item("sk", s(format!("GRANT#{}", grant.grant_id)))
+            .item("status", s("REJECTED"))
+            .item("reason", s(reason.as_str()))
+            .item("user_id", s(grant.user_id.as_str()))
+            .item("ordinal", n(grant.ordinal))
+            .item("rejected_at_ms", n(now_ms))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(IssueOutcome::Rejected(reason)),
+            // Recorded by an earlier delivery.
+            Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
+                Ok(IssueOutcome::Rejected(reason))
+            }
+            Err(e) => {
+                let throttled = matches!(&e, SdkError::ServiceError(se) if is_throttle_code(se.err().code()));
+                Err(classify(Box::new(e), throttled))
+            }
+        }
+    }
+}
+
+fn is_throttle_code(code: Option<&str>) -> bool {
+    matches!(
+        code,
+        Some(
+            "ThrottlingException"
+                | "ProvisionedThroughputExceededException"
+                | "RequestLimitExceeded"
+                | "TransactionInProgressException"
+                | "TransactionConflictException"
+        )
+    )
+}
+
+fn classify(e: BoxError, throttled: bool) -> IssueError {
+    if throttled {
+        IssueError::Throttled(e)
+    } else {
+        IssueError::Unavailable(e)
+    }
+}
+
+#[async_trait]
+impl IssueLedger for DynamoIssueLedger {
+    async fn issue(&self, grant: &Grant, def: &CouponDefinition, now_ms: i64) -> Result<IssueOutcome, IssueError> {
+        let item = Self::user_coupon_item(grant, def, now_ms);
+        let mut items = def.counter_items();
+        // Spread grants over the counters; walk on when one is full.
+        let start = (fnv1a64(grant.grant_id.as_bytes()) % u64::from(items)) as u32;
+        let mut order: Vec<u32> = (0..items).map(|step| (start + step) % items).collect();
+        let mut at = 0;
+        loop {
+            let Some(&counter) = order.get(at) else {
+                // Every counter we know of is full. Stock may have been added
+                // since `def` was read (more counters): check once.
+                let live = self.live_counter_items(&grant.coupon_id).await?;
+                if live > items {
+                    order.extend(items..live);
+                    items = live;
+                    continue;
+                }
+                break;
+            };
+            at += 1;
+            let put = Put::builder()
+                .table_name(&self.tables.user_coupons)
+                .set_item(Some(item.clone()))
+                .condition_expression("attribute_not_exists(pk)")
+                .build()
+                .map_err(|e| IssueError::Unavailable(Box::new(e)))?;
+            let take = Update::builder()
+                .table_name(&self.tables.coupons)
+                .key("pk", s(coupon_pk(&grant.coupon_id)))
+                .key("sk", s(format!("COUNTER#{counter}")))
+                .update_expression("SET issued = issued + :one")
+                .condition_expression("issued < cap")
+                .expression_attribute_values(":one", n(1))
+                .build()
+                .map_err(|e| IssueError::Unavailable(Box::new(e)))?;
+            let result = self
+                .tables
+                .client
+                .transact_write_items()
+                .transact_items(TransactWriteItem::builder().put(put).build())
+                .transact_items(TransactWriteItem::builder().update(take).build())
+                .send()
+                .await;
+            let err = match result {
+                Ok(_) => return Ok(IssueOutcome::Issued),
+                Err(e) => e,
+            };
+            if let SdkError::ServiceError(se) = &err {
+                if let TransactWriteItemsError::TransactionCanceledException(ex) = se.err() {
+                    let reasons = ex.cancellation_reasons();
+                    let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+                    if code(0) == "ConditionalCheckFailed" {
+                        return self.existing(grant, now_ms).await;
+                    }
+                    if code(1) == "ConditionalCheckFailed" {
+                        continue; // this counter is full
+                    }
+                    let throttled = reasons.iter().any(|r| {
+                        matches!(
+                            r.code(),
+                            Some(
+                                "ThrottlingError"
+                                    | "ProvisionedThroughputExceeded"
+                                    | "TransactionConflict"
+                                    | "RequestLimitExceeded"
+                            )
+                        )
+                    });
+                    return Err(classify(Box::new(err), throttled));
+                }
+                let throttled = is_throttle_code(se.err().code());
+                return Err(classify(Box::new(err), throttled));
+            }
+            return Err(classify(Box::new(err), false));
+        }
+        self.reject(grant, RejectReason::CapReached, now_ms).await
+    }
+}

@@ -1,0 +1,44 @@
+//! The DynamoDB adapters: durable coupon definitions, the capped counters, the
+//! users' coupons, rejections, and the facts the reconciler reads.
+//!
+//! Two tables, both keyed `pk` (S) / `sk` (S):
+//!
+//! | table | `pk` | `sk` | what |
+//! | --- | --- | --- | --- |
+//! | coupons | `COUPON#<id>` | `DEF` | the definition (JSON) and fingerprint |
+//! | coupons | `COUPON#<id>` | `COUNTER#<k>` | capped counter `k`: `cap`, `issued` |
+//! | coupons | `COUPON#<id>` | `GRANT#<grantId>` | a rejected grant and why |
+//! | coupons | `COUPON#<id>` | `REBUILD#<ms>` | Redis was rebuilt from here |
+//! | coupons | `COUPON#<id>` | `AUDIT#<ms>#<operation>` | an admin change: who, what, when |
+//! | coupons | `COUPON#<id>` | `OP#<key>` | an idempotency key an admin change claimed |
+//! | coupons | `COUPON#<id>` | `REPORT` | the latest on-demand reconciliation report |
+//! | coupons | `BLACKLIST#<user>` | `ENTRY` / `AUDIT#<ms>#<operation>` | the durable blacklist and its log |
+//! | user coupons | `USER#<user>` | `COUPON#<id>#<ordinal>` | a coupon in a wallet |
+//!
+//! A coupon's data shares one partition; a user's wallet is one query. The
+//! user-coupons index `by-coupon` (`coupon_id`, `pk`) lists a coupon's
+//! holders, for rebuilding per-user counts after Redis data loss.
+
+//!
+//! One adapter per port, all over one shared [`Tables`]:
+//! [`DynamoCouponRepository`] (definitions), [`DynamoIssueLedger`] (the
+//! issuer), [`DynamoWallet`], [`DynamoFacts`] (the reconciler),
+//! [`DynamoAdminStore`] and [`DynamoBlacklist`].
+
+pub use aws_sdk_dynamodb::Client;
+
+mod admin;
+mod blacklist;
+mod definitions;
+mod facts;
+mod issue;
+mod items;
+mod wallet;
+
+pub use admin::DynamoAdminStore;
+pub use blacklist::DynamoBlacklist;
+pub use definitions::DynamoCouponRepository;
+pub use facts::DynamoFacts;
+pub use issue::DynamoIssueLedger;
+pub use items::{coupon_pk, user_coupon_sk, user_pk, Tables, BY_COUPON_INDEX};
+pub use wallet::DynamoWallet;

@@ -1,0 +1,151 @@
+//! The grab's stock ledger on Redis: the claim on the home shard, takes
+//! from donors and the settle of a borrow, each one Lua script on one shard.
+
+use async_trait::async_trait;
+use coupon_domain::error::StoreError;
+use coupon_domain::grab::ports::{Claim, ClaimReply, Recorded, StockLedger, TakeReply};
+use coupon_domain::grant::GrantRecord;
+use coupon_domain::ids::CouponId;
+use coupon_domain::outcome::Rejection;
+use redis::AsyncCommands;
+
+use super::conn::{protocol, unavailable, Redis};
+use super::scripts::{number, parse_recorded, GRAB, SETTLE, TAKE};
+
+/// [`StockLedger`] on Redis.
+#[derive(Clone)]
+pub struct RedisLedger {
+    redis: Redis,
+}
+
+impl RedisLedger {
+    /// The ledger over a shared connection.
+    pub fn new(redis: Redis) -> Self {
+        Self { redis }
+    }
+}
+
+#[async_trait]
+impl StockLedger for RedisLedger {
+    async fn shard_count(&self, coupon: &CouponId) -> Result<Option<u32>, StoreError> {
+        let mut conn = self.redis.conn.clone();
+        let shards: Option<u32> = conn
+            .hget(self.redis.keys.shard(coupon, 0).meta(), "shards")
+            .await
+            .map_err(unavailable)?;
+        Ok(shards)
+    }
+
+    async fn claim(&self, claim: &Claim<'_>) -> Result<ClaimReply, StoreError> {
+        const WHAT: &str = "grab.lua";
+        let k = self.redis.keys.shard(claim.coupon, claim.home_shard);
+        let mut conn = self.redis.conn.clone();
+        let reply: Vec<String> = GRAB
+            .key(k.meta())
+            .key(k.users())
+            .key(k.request(claim.user, claim.request))
+            .key(k.outbox())
+            .key(k.borrowing())
+            .arg(claim.user.as_str())
+            .arg(claim.level)
+            .arg(claim.request.as_str())
+            .arg(claim.now_ms)
+            .arg(self.redis.outcome_ttl_ms)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        let record = || reply.get(1).map(String::as_str).unwrap_or("");
+        Ok(match reply.first().map(String::as_str) {
+            Some("REPLAY") => ClaimReply::Replay(parse_recorded(WHAT, record())?),
+            Some("WIN") => match parse_recorded(WHAT, record())? {
+                Recorded::Won(rec) => ClaimReply::Won(rec),
+                _ => return Err(protocol(WHAT, "WIN without a grant")),
+            },
+            Some("BORROW") => match parse_recorded(WHAT, record())? {
+                Recorded::Borrowing { ordinal } => ClaimReply::Borrow { ordinal },
+                _ => return Err(protocol(WHAT, "BORROW without a reservation")),
+            },
+            Some("NOT_FOUND") => ClaimReply::Rejected(Rejection::NotFound),
+            Some("OFFLINE") => ClaimReply::Rejected(Rejection::Offline),
+            Some("NOT_STARTED") => ClaimReply::Rejected(Rejection::NotStarted {
+                starts_at_ms: number(WHAT, &reply, 1)?,
+            }),
+            Some("ENDED") => ClaimReply::Rejected(Rejection::Ended),
+            Some("NOT_ELIGIBLE") => ClaimReply::Rejected(Rejection::NotEligible {
+                min_level: number(WHAT, &reply, 1)?,
+            }),
+            Some("ALREADY_CLAIMED") => ClaimReply::Rejected(Rejection::AlreadyClaimed),
+            Some("SOLD_OUT") => ClaimReply::Rejected(Rejection::SoldOut),
+            Some("RATE_LIMITED") => ClaimReply::Rejected(Rejection::RateLimited {
+                retry_after_ms: number(WHAT, &reply, 1)?,
+            }),
+            other => return Err(protocol(WHAT, format!("unknown reply {other:?}"))),
+        })
+    }
+
+    async fn take(&self, claim: &Claim<'_>, donor: u32, ordinal: u32) -> Result<TakeReply, StoreError> {
+        const WHAT: &str = "take.lua";
+        let k = self.redis.keys.shard(claim.coupon, donor);
+        let mut conn = self.redis.conn.clone();
+        let reply: Vec<String> = TAKE
+            .key(k.meta())
+            .key(k.outbox())
+            .key(k.taken())
+            .arg(claim.user.as_str())
+            .arg(ordinal)
+            .arg(claim.request.as_str())
+            .arg(claim.now_ms)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(match reply.first().map(String::as_str) {
+            Some("WIN") => match reply.get(1).and_then(|r| GrantRecord::parse(r)) {
+                Some(rec) => TakeReply::Won(rec),
+                None => return Err(protocol(WHAT, "WIN without a grant")),
+            },
+            Some("EMPTY") => TakeReply::Empty,
+            Some("NOT_FOUND") => TakeReply::Missing,
+            other => return Err(protocol(WHAT, format!("unknown reply {other:?}"))),
+        })
+    }
+
+    async fn settle(
+        &self,
+        claim: &Claim<'_>,
+        donor_grant: Option<&GrantRecord>,
+    ) -> Result<Option<Recorded>, StoreError> {
+        const WHAT: &str = "settle.lua";
+        let k = self.redis.keys.shard(claim.coupon, claim.home_shard);
+        let mut conn = self.redis.conn.clone();
+        let reply: Vec<String> = SETTLE
+            .key(k.meta())
+            .key(k.users())
+            .key(k.request(claim.user, claim.request))
+            .key(k.outbox())
+            .key(k.borrowing())
+            .arg(claim.user.as_str())
+            .arg(claim.request.as_str())
+            .arg(claim.now_ms)
+            .arg(self.redis.outcome_ttl_ms)
+            .arg(donor_grant.map(GrantRecord::encode).unwrap_or_default())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        match reply.first().map(String::as_str) {
+            Some("DONE") => parse_recorded(WHAT, reply.get(1).map(String::as_str).unwrap_or("")).map(Some),
+            Some("GONE") => Ok(None),
+            other => Err(protocol(WHAT, format!("unknown reply {other:?}"))),
+        }
+    }
+
+    async fn recorded(&self, claim: &Claim<'_>) -> Result<Option<Recorded>, StoreError> {
+        let key = self
+            .redis
+            .keys
+            .shard(claim.coupon, claim.home_shard)
+            .request(claim.user, claim.request);
+        let mut conn = self.redis.conn.clone();
+        let record: Option<String> = conn.get(key).await.map_err(unavailable)?;
+        record.map(|r| parse_recorded("GET request", &r)).transpose()
+    }
+}

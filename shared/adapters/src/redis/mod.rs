@@ -1,0 +1,34 @@
+//! The Redis adapters: one per port, all over one shared [`Redis`]
+//! connection per function.
+//!
+//! - [`conn`]: the connection (standalone or cluster) and [`Redis`].
+//! - [`keys`]: the key layout and its hash tags.
+//! - [`scripts`]: the Lua scripts and the records they store.
+//! - [`ledger`]: the grab's [`StockLedger`](coupon_domain::grab::ports::StockLedger).
+//! - [`risk`]: the grab's [`RiskGuard`](coupon_domain::grab::ports::RiskGuard).
+//! - [`preheat`]: creating a coupon's shards.
+//! - [`repair`]: what the reconciler reads and repairs.
+//! - [`outbox`]: the wallet's pending-grant lookup.
+//! - [`live`]: operators' changes applied to every shard.
+//! - [`blacklist`]: the blacklist flags.
+
+pub mod blacklist;
+pub mod conn;
+pub mod keys;
+pub mod ledger;
+pub mod live;
+pub mod outbox;
+pub mod preheat;
+pub mod repair;
+pub mod risk;
+pub mod scripts;
+
+pub use blacklist::RedisBlacklistFlags;
+pub use conn::{Redis, RedisConnection};
+pub use keys::KeySpace;
+pub use ledger::RedisLedger;
+pub use live::RedisLive;
+pub use outbox::RedisOutbox;
+pub use preheat::RedisPreheater;
+pub use repair::RedisRepair;
+pub use risk::RedisRisk;

@@ -1,0 +1,97 @@
+//! Preheating a coupon's shards: each shard's meta hash written once
+//! (`lua/preheat.lua`), refused if a different definition is there. The
+//! reconciler's rebuild writes a lost shard through the same script.
+
+use async_trait::async_trait;
+use coupon_domain::catalog::StockPreheater;
+use coupon_domain::coupon::CouponDefinition;
+use coupon_domain::error::StoreError;
+
+use super::conn::{protocol, unavailable, Redis};
+use super::scripts::PREHEAT;
+
+/// [`StockPreheater`] on Redis.
+#[derive(Clone)]
+pub struct RedisPreheater {
+    redis: Redis,
+}
+
+impl RedisPreheater {
+    /// The preheater over a shared connection.
+    pub fn new(redis: Redis) -> Self {
+        Self { redis }
+    }
+}
+
+/// The meta hash of one shard as preheat and restore write it.
+pub(super) fn meta_fields(
+    def: &CouponDefinition,
+    shard: u32,
+    stock: u64,
+    seq: u64,
+    now_ms: i64,
+) -> Vec<(&'static str, String)> {
+    vec![
+        ("coupon_id", def.coupon_id.to_string()),
+        ("shard", shard.to_string()),
+        ("shards", def.shards.to_string()),
+        ("status", def.status.as_str().to_owned()),
+        ("start_ms", def.grab_start_ms.to_string()),
+        ("end_ms", def.grab_end_ms.to_string()),
+        ("min_level", def.min_member_level.to_string()),
+        ("per_user_limit", def.per_user_limit.to_string()),
+        ("rate", def.shard_rate().to_string()),
+        ("burst", def.shard_burst().to_string()),
+        ("stock", stock.to_string()),
+        ("initial_stock", stock.to_string()),
+        // The shard's share of the total and the total itself: what an
+        // operator's stock addition is applied against (apply_settings.lua).
+        ("alloc", def.shard_stock(shard).to_string()),
+        ("total", def.total_stock.to_string()),
+        // The definition version applied; changes carry higher ones.
+        ("version", "0".to_owned()),
+        ("seq", seq.to_string()),
+        ("epoch", "1".to_owned()),
+        ("preheated_at_ms", now_ms.to_string()),
+    ]
+}
+
+impl Redis {
+    /// Writes one shard's meta unless it exists (preheat.lua).
+    pub(super) async fn write_meta(
+        &self,
+        def: &CouponDefinition,
+        shard: u32,
+        fields: &[(&str, String)],
+    ) -> Result<String, StoreError> {
+        let mut invocation = PREHEAT.key(self.keys.shard(&def.coupon_id, shard).meta());
+        invocation.arg(def.fingerprint());
+        for (k, v) in fields {
+            invocation.arg(*k).arg(v);
+        }
+        let mut conn = self.conn.clone();
+        invocation.invoke_async(&mut conn).await.map_err(unavailable)
+    }
+}
+
+#[async_trait]
+impl StockPreheater for RedisPreheater {
+    async fn preheat(&self, def: &CouponDefinition, now_ms: i64) -> Result<bool, StoreError> {
+        let mut created = false;
+        for shard in 0..def.shards {
+            let fields = meta_fields(def, shard, def.shard_stock(shard), 0, now_ms);
+            match self.redis.write_meta(def, shard, &fields).await?.as_str() {
+                "CREATED" => created = true,
+                "EXISTS" => {}
+                "CONFLICT" => {
+                    return Err(StoreError::Conflict(format!(
+                        "shard {shard} of {} holds a different definition",
+                        def.coupon_id
+                    )))
+                }
+                other => return Err(protocol("preheat.lua", format!("unknown reply {other:?}"))),
+            }
+        }
+        Ok(created)
+    }
+}

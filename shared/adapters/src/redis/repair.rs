@@ -1,0 +1,159 @@
+//! What the reconciler reads and repairs in Redis: shard stock, outboxes
+//! (read in pages, trimmed once DynamoDB confirms), lost shards rebuilt,
+//! sold-out epochs bumped, borrows whose caller died.
+
+use async_trait::async_trait;
+use coupon_domain::coupon::CouponDefinition;
+use coupon_domain::error::StoreError;
+use coupon_domain::grant::Grant;
+use coupon_domain::ids::{CouponId, RequestId, UserId};
+use coupon_domain::reconcile::ports::{OutboxEntry, StockRepair};
+use redis::AsyncCommands;
+
+use super::conn::{protocol, unavailable, Redis};
+use super::preheat::meta_fields;
+use super::scripts::{BUMP_EPOCH, RESTORE_USERS};
+
+/// [`StockRepair`] on Redis.
+#[derive(Clone)]
+pub struct RedisRepair {
+    redis: Redis,
+}
+
+impl RedisRepair {
+    /// The repairer over a shared connection.
+    pub fn new(redis: Redis) -> Self {
+        Self { redis }
+    }
+}
+
+/// An outbox stream entry as a grant; `None` if malformed.
+pub(super) fn outbox_entry(id: &redis::streams::StreamId) -> Option<OutboxEntry> {
+    let seq = id.id.split('-').next()?.parse().ok()?;
+    let field = |name: &str| id.get::<String>(name);
+    let grant = Grant {
+        grant_id: field("grant_id")?,
+        coupon_id: CouponId::parse(&field("coupon_id")?).ok()?,
+        user_id: UserId::parse(&field("user_id")?).ok()?,
+        ordinal: field("ordinal")?.parse().ok()?,
+        request_id: RequestId::parse(&field("request_id")?).ok()?,
+        shard: field("shard")?.parse().ok()?,
+        granted_at_ms: field("granted_at_ms")?.parse().ok()?,
+    };
+    Some(OutboxEntry { seq, grant })
+}
+
+/// Outbox pages are read this many entries at a time.
+const OUTBOX_PAGE: usize = 1_000;
+
+#[async_trait]
+impl StockRepair for RedisRepair {
+    async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<i64>, StoreError> {
+        let mut conn = self.redis.conn.clone();
+        conn.hget(self.redis.keys.shard(coupon, shard).meta(), "stock")
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn outbox(&self, coupon: &CouponId, shard: u32) -> Result<Vec<OutboxEntry>, StoreError> {
+        let key = self.redis.keys.shard(coupon, shard).outbox();
+        let mut conn = self.redis.conn.clone();
+        let mut entries = Vec::new();
+        let mut start = "-".to_owned();
+        loop {
+            let page: redis::streams::StreamRangeReply = conn
+                .xrange_count(&key, &start, "+", OUTBOX_PAGE)
+                .await
+                .map_err(unavailable)?;
+            let n = page.ids.len();
+            for id in &page.ids {
+                match outbox_entry(id) {
+                    Some(entry) => entries.push(entry),
+                    None => tracing::error!(key = %key, id = %id.id, "malformed outbox entry left in place"),
+                }
+            }
+            match page.ids.last() {
+                Some(last) if n == OUTBOX_PAGE => start = format!("({}", last.id),
+                _ => break,
+            }
+        }
+        Ok(entries)
+    }
+
+    async fn trim(&self, coupon: &CouponId, shard: u32, seqs: &[u64]) -> Result<(), StoreError> {
+        let key = self.redis.keys.shard(coupon, shard).outbox();
+        let mut conn = self.redis.conn.clone();
+        for chunk in seqs.chunks(500) {
+            let ids: Vec<String> = chunk.iter().map(|s| format!("{s}-0")).collect();
+            conn.xdel::<_, _, ()>(&key, &ids).await.map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    async fn restore_shard(
+        &self,
+        def: &CouponDefinition,
+        shard: u32,
+        stock: u64,
+        seq_base: u64,
+        holders: &[(UserId, u32)],
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let k = self.redis.keys.shard(&def.coupon_id, shard);
+        for chunk in holders.chunks(500) {
+            let mut invocation = RESTORE_USERS.key(k.meta());
+            invocation.key(k.users());
+            for (user, count) in chunk {
+                invocation.arg(user.as_str()).arg(*count);
+            }
+            let mut conn = self.redis.conn.clone();
+            let reply: String = invocation.invoke_async(&mut conn).await.map_err(unavailable)?;
+            if reply == "EXISTS" {
+                return Ok(false);
+            }
+        }
+        let mut fields = meta_fields(def, shard, stock, seq_base, now_ms);
+        fields.push(("restored_at_ms", now_ms.to_string()));
+        match self.redis.write_meta(def, shard, &fields).await?.as_str() {
+            "CREATED" => Ok(true),
+            "EXISTS" | "CONFLICT" => Ok(false),
+            other => Err(protocol("preheat.lua", format!("unknown reply {other:?}"))),
+        }
+    }
+
+    async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {
+        let mut conn = self.redis.conn.clone();
+        BUMP_EPOCH
+            .key(self.redis.keys.shard(coupon, shard).meta())
+            .invoke_async::<i64>(&mut conn)
+            .await
+            .map(|_| ())
+            .map_err(unavailable)
+    }
+
+    async fn stale_borrows(
+        &self,
+        coupon: &CouponId,
+        shard: u32,
+        before_ms: i64,
+    ) -> Result<Vec<(RequestId, UserId)>, StoreError> {
+        let mut conn = self.redis.conn.clone();
+        let members: Vec<String> = conn
+            .zrangebyscore_limit(
+                self.redis.keys.shard(coupon, shard).borrowing(),
+                "-inf",
+                before_ms,
+                0,
+                1_000,
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(members
+            .iter()
+            .filter_map(|m| {
+                let (request, user) = m.split_once(':')?;
+                Some((RequestId::parse(request).ok()?, UserId::parse(user).ok()?))
+            })
+            .collect())
+    }
+}

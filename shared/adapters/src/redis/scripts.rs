@@ -1,0 +1,68 @@
+//! The Lua scripts, compiled in from the repository's `lua/` folder and run
+//! through [`redis::Script`]: EVALSHA, with a SCRIPT LOAD and retry when
+//! Redis answers NOSCRIPT (after a restart or failover). Every script gets
+//! all its keys in KEYS, and all of them share one hash tag
+//! ([`super::keys`]). Also the parsers of what the scripts store.
+
+use std::sync::LazyLock;
+
+use coupon_domain::error::StoreError;
+use coupon_domain::grab::ports::Recorded;
+use coupon_domain::grant::GrantRecord;
+use redis::Script;
+
+use super::conn::protocol;
+
+macro_rules! lua {
+    ($name:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("../../../../lua/lib.lua"),
+                include_str!(concat!("../../../../lua/", $name))
+            ))
+        })
+    };
+}
+
+pub(super) static GRAB: LazyLock<Script> = lua!("grab.lua");
+pub(super) static TAKE: LazyLock<Script> = lua!("take.lua");
+pub(super) static SETTLE: LazyLock<Script> = lua!("settle.lua");
+pub(super) static PREHEAT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../../lua/preheat.lua")));
+pub(super) static RISK_USER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../../lua/risk_reserve_user.lua")));
+pub(super) static RISK_IP: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../../lua/risk_reserve_ip.lua")));
+pub(super) static RESTORE_USERS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../../lua/restore_users.lua")));
+pub(super) static BUMP_EPOCH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../../lua/bump_epoch.lua")));
+pub(super) static APPLY_SETTINGS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../../lua/apply_settings.lua")));
+pub(super) static RISK_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../../lua/risk_release.lua")));
+
+pub(super) fn parse_recorded(what: &'static str, record: &str) -> Result<Recorded, StoreError> {
+    if let Some(rec) = GrantRecord::parse(record) {
+        return Ok(Recorded::Won(rec));
+    }
+    if record == "L|SOLD_OUT" {
+        return Ok(Recorded::SoldOut);
+    }
+    if let Some(rest) = record.strip_prefix("B|") {
+        if let Some(ordinal) = rest.split('|').next().and_then(|o| o.parse().ok()) {
+            return Ok(Recorded::Borrowing { ordinal });
+        }
+    }
+    Err(protocol(
+        what,
+        format!("unknown record kind {:?}", record.get(..2).unwrap_or("")),
+    ))
+}
+
+pub(super) fn number<T: std::str::FromStr>(what: &'static str, reply: &[String], at: usize) -> Result<T, StoreError> {
+    reply
+        .get(at)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| protocol(what, format!("missing number at {at}")))
+}

@@ -1,0 +1,359 @@
+//! Operating a campaign: the use cases behind the admin API.
+//!
+//! Every change follows one order, the same as creating a coupon: the
+//! durable store first (DynamoDB, the arbiter), then Redis (the fast copy).
+//!
+//! - **Durable step**: one transaction replaces the definition if its
+//!   version is the one read (optimistic concurrency), grows the capped
+//!   counters when stock is added, writes the audit entry, and claims the
+//!   operation key when the caller sent one. Either all of it happens or
+//!   none; concurrent operators retry on a fresh read.
+//! - **Redis step**: every shard applies the definition at that version
+//!   (`lua/apply_settings.lua`). A shard that has applied a newer version
+//!   ignores an older one, so two operators racing can never leave Redis
+//!   behind DynamoDB. Stock is applied as a target ("this shard's share of
+//!   the total is now X"), never as a bare increment, so re-applying is a
+//!   no-op and a retry after a half-failed call finishes the job.
+//!
+//! Why stock can be added while grabs run without oversell: the durable caps
+//! grow before Redis stock does, so every unit Redis can grant already has
+//! room in DynamoDB; Redis adds stock to a shard inside the same atomic
+//! script that every grab runs after, and bumps every shard's epoch so that
+//! no shard answers SOLD_OUT from a scan made before the addition.
+//!
+//! Stock never shrinks through the API: units may already be granted and in
+//! flight, and taking them back is a different operation (end the sale, or
+//! take the coupon offline).
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tracing::{info, instrument, warn};
+
+use crate::blacklist::{BlacklistFlags, BlacklistRecord};
+use crate::catalog::{create_coupon, CouponRepository, CreateError, Created, StockPreheater};
+use crate::clock::Clock;
+use crate::coupon::{CouponDefinition, CouponStatus, StoredCoupon};
+use crate::ids::{CouponId, UserId};
+use crate::reconcile::ports::{DurableFacts, StockRepair};
+use crate::reconcile::{CouponReport, Reconciler};
+
+mod model;
+pub mod ports;
+
+pub use model::{
+    Actor, AdminAction, AdminContext, AdminError, Applied, AuditEntry, AuditTarget, ChangeResult, CouponChange,
+    CouponFigures, CouponView, RateChange,
+};
+pub use ports::{AdminStore, LiveSettings};
+
+/// The dependencies of [`AdminService`], built once per Lambda instance.
+pub struct AdminPorts {
+    /// Definitions, versions, audit log, blacklist, reports (DynamoDB).
+    pub store: Arc<dyn AdminStore>,
+    /// Definitions for creation (DynamoDB).
+    pub repo: Arc<dyn CouponRepository>,
+    /// Redis state for creation.
+    pub preheater: Arc<dyn StockPreheater>,
+    /// Redis state for changes.
+    pub live: Arc<dyn LiveSettings>,
+    /// Shard stock reads (Redis).
+    pub repair: Arc<dyn StockRepair>,
+    /// The durable blacklist (DynamoDB).
+    pub blacklist: Arc<dyn BlacklistRecord>,
+    /// The blacklist flags grabs check (Redis).
+    pub flags: Arc<dyn BlacklistFlags>,
+    /// Issued and rejected counts (DynamoDB).
+    pub facts: Arc<dyn DurableFacts>,
+    /// Reconciliation on demand.
+    pub reconciler: Reconciler,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// The configured ceiling of a coupon's stock.
+    pub max_total_stock: u64,
+}
+
+/// The admin use cases.
+pub struct AdminService {
+    ports: AdminPorts,
+}
+
+/// How often a change is retried on a fresh read when other operators
+/// changed the coupon in between.
+const CHANGE_ATTEMPTS: usize = 4;
+
+/// Most stock one call may add (the configured maximum bounds the total).
+pub const MAX_STOCK_ADDITION: u64 = 1_000_000_000;
+
+/// Most audit entries one answer carries.
+pub const MAX_AUDIT_PAGE: usize = 1_000;
+
+impl AdminService {
+    /// Wires the service.
+    pub fn new(ports: AdminPorts) -> Self {
+        Self { ports }
+    }
+
+    fn entry(&self, ctx: &AdminContext, action: AdminAction, detail: Value) -> AuditEntry {
+        AuditEntry {
+            operation_id: ctx.operation_id.clone(),
+            actor: ctx.actor.clone(),
+            action,
+            at_ms: self.ports.clock.now_ms(),
+            detail,
+        }
+    }
+
+    /// Creates a coupon: validated, made durable, preheated, recorded.
+    /// Idempotent: the same definition again is `Created::Unchanged`.
+    #[instrument(skip_all, fields(coupon = %def.coupon_id, actor = ctx.actor.as_str()))]
+    pub async fn create(
+        &self,
+        ctx: &AdminContext,
+        def: &CouponDefinition,
+    ) -> Result<(Created, CouponView), AdminError> {
+        let p = &self.ports;
+        let created = create_coupon(def, p.max_total_stock, &*p.repo, &*p.preheater, &*p.clock)
+            .await
+            .map_err(|e| match e {
+                CreateError::Invalid(e) => e.into(),
+                CreateError::Conflict(_) => AdminError::CouponConflict,
+                CreateError::Unavailable(e) => AdminError::Unavailable(e),
+            })?;
+        // Recorded under a fixed id per coupon: a retried create (after the
+        // audit write failed, say) records it once.
+        let mut entry = self.entry(ctx, AdminAction::CreateCoupon, json!({"totalStock": def.total_stock}));
+        entry.operation_id = "create".into();
+        p.store
+            .record(&AuditTarget::Coupon(def.coupon_id.clone()), &entry)
+            .await?;
+        if created == Created::New {
+            info!("coupon created");
+        }
+        Ok((created, self.view(&def.coupon_id).await?))
+    }
+
+    /// The coupon with live figures.
+    #[instrument(skip_all, fields(coupon = %coupon))]
+    pub async fn view(&self, coupon: &CouponId) -> Result<CouponView, AdminError> {
+        let stored = self.ports.store.stored(coupon).await?.ok_or(AdminError::NotFound)?;
+        self.view_of(stored).await
+    }
+
+    async fn view_of(&self, stored: StoredCoupon) -> Result<CouponView, AdminError> {
+        let p = &self.ports;
+        let def = &stored.definition;
+        let mut figures = CouponFigures {
+            total_stock: def.total_stock,
+            ..CouponFigures::default()
+        };
+        for shard in 0..def.shards {
+            match p.repair.shard_stock(&def.coupon_id, shard).await? {
+                Some(stock) => figures.remaining += stock,
+                None => figures.shards_missing += 1,
+            }
+        }
+        figures.issued = p.facts.issued(&def.coupon_id).await?;
+        figures.rejected = p.facts.rejections(&def.coupon_id).await?.len() as u64;
+        figures.pending = i64::try_from(def.total_stock).unwrap_or(i64::MAX)
+            - figures.remaining
+            - i64::try_from(figures.issued).unwrap_or(i64::MAX)
+            - i64::try_from(figures.rejected).unwrap_or(i64::MAX);
+        Ok(CouponView {
+            coupon: stored.definition,
+            version: stored.version,
+            figures,
+        })
+    }
+
+    /// Takes the coupon online or offline; the next grab sees it.
+    pub async fn set_status(
+        &self,
+        ctx: &AdminContext,
+        coupon: &CouponId,
+        status: CouponStatus,
+    ) -> Result<CouponView, AdminError> {
+        self.change(ctx, coupon, AdminAction::SetStatus, |def| {
+            let before = def.status;
+            def.status = status;
+            Ok((0, json!({"before": before, "after": status})))
+        })
+        .await
+    }
+
+    /// Changes the coupon's token-bucket rate and burst.
+    pub async fn set_rate(
+        &self,
+        ctx: &AdminContext,
+        coupon: &CouponId,
+        rate: RateChange,
+    ) -> Result<CouponView, AdminError> {
+        self.change(ctx, coupon, AdminAction::SetRate, |def| {
+            let before = json!({"ratePerSec": def.rate_per_sec, "burst": def.burst});
+            def.rate_per_sec = rate.rate_per_sec;
+            def.burst = rate.burst;
+            Ok((
+                0,
+                json!({"before": before, "after": {"ratePerSec": rate.rate_per_sec, "burst": rate.burst}}),
+            ))
+        })
+        .await
+    }
+
+    /// Adds `add` units to a live coupon. Send an idempotency key: without
+    /// one, a retry after a lost answer adds the stock again.
+    pub async fn add_stock(&self, ctx: &AdminContext, coupon: &CouponId, add: u64) -> Result<CouponView, AdminError> {
+        if add == 0 || add > MAX_STOCK_ADDITION {
+            return Err(AdminError::Invalid {
+                field: "add",
+                problem: format!("must be between 1 and {MAX_STOCK_ADDITION}"),
+            });
+        }
+        self.change(ctx, coupon, AdminAction::AddStock, |def| {
+            let before = def.total_stock;
+            def.total_stock = before.saturating_add(add);
+            Ok((add, json!({"before": before, "after": def.total_stock, "added": add})))
+        })
+        .await
+    }
+
+    /// Reads, edits, validates, writes (retrying when the version moved),
+    /// then applies to Redis.
+    #[instrument(skip_all, fields(coupon = %coupon, action = ?action, actor = ctx.actor.as_str()))]
+    async fn change<F>(
+        &self,
+        ctx: &AdminContext,
+        coupon: &CouponId,
+        action: AdminAction,
+        edit: F,
+    ) -> Result<CouponView, AdminError>
+    where
+        F: Fn(&mut CouponDefinition) -> Result<(u64, Value), AdminError>,
+    {
+        let p = &self.ports;
+        for _ in 0..CHANGE_ATTEMPTS {
+            let stored = p.store.stored(coupon).await?.ok_or(AdminError::NotFound)?;
+            let mut after = stored.definition.clone();
+            let (added_stock, detail) = edit(&mut after)?;
+            after.validate(p.max_total_stock)?;
+            if after == stored.definition {
+                // Nothing to change; still bring Redis in line (a retry of a
+                // call whose Redis step failed lands here).
+                p.live.apply(&stored).await?;
+                return self.view_of(stored).await;
+            }
+            let change = CouponChange {
+                after,
+                expected_version: stored.version,
+                added_stock,
+                audit: self.entry(ctx, action, detail),
+                operation_key: ctx.idempotent.then(|| ctx.operation_id.clone()),
+            };
+            match p.store.change(&change).await? {
+                ChangeResult::VersionMoved => continue,
+                ChangeResult::Applied | ChangeResult::AlreadyDone => {
+                    let now = p.store.stored(coupon).await?.ok_or(AdminError::NotFound)?;
+                    let applied = p.live.apply(&now).await?;
+                    info!(
+                        version = now.version,
+                        applied = applied.applied,
+                        missing = applied.missing,
+                        "change applied"
+                    );
+                    return self.view_of(now).await;
+                }
+            }
+        }
+        warn!("gave up after concurrent changes");
+        Err(AdminError::ConcurrentChange)
+    }
+
+    /// Puts a user on (`on`) or off the blacklist: durable first, then the
+    /// Redis flag the grab checks.
+    #[instrument(skip_all, fields(actor = ctx.actor.as_str(), on))]
+    pub async fn set_blacklisted(&self, ctx: &AdminContext, user: &UserId, on: bool) -> Result<(), AdminError> {
+        let action = if on {
+            AdminAction::BlacklistAdd
+        } else {
+            AdminAction::BlacklistRemove
+        };
+        let entry = self.entry(ctx, action, json!({"userId": user}));
+        self.ports.blacklist.set(user, on, &entry).await?;
+        self.ports.flags.set_flag(user, on).await?;
+        Ok(())
+    }
+
+    /// Whether the user is blacklisted, and the user's latest audit entries
+    /// (newest first, at most [`MAX_AUDIT_PAGE`]).
+    pub async fn blacklist_entry(&self, user: &UserId) -> Result<(bool, Vec<AuditEntry>), AdminError> {
+        let on = self.ports.blacklist.contains(user).await?;
+        let (audit, _) = self
+            .ports
+            .store
+            .audit(&AuditTarget::User(user.clone()), MAX_AUDIT_PAGE)
+            .await?;
+        Ok((on, audit))
+    }
+
+    /// Runs one reconciliation pass over the coupon now, keeps the report
+    /// and records who asked.
+    #[instrument(skip_all, fields(coupon = %coupon, actor = ctx.actor.as_str()))]
+    pub async fn reconcile(&self, ctx: &AdminContext, coupon: &CouponId) -> Result<Value, AdminError> {
+        let p = &self.ports;
+        let stored = p.store.stored(coupon).await?.ok_or(AdminError::NotFound)?;
+        let now = p.clock.now_ms();
+        let report: CouponReport = p.reconciler.coupon(&stored.definition, now).await?;
+        let report = json!({"ranAtMs": now, "ranBy": ctx.actor, "report": report});
+        p.store.save_report(coupon, &report).await?;
+        let entry = self.entry(
+            ctx,
+            AdminAction::Reconcile,
+            json!({"drift": report["report"]["drift"], "redriven": report["report"]["redriven"]}),
+        );
+        p.store.record(&AuditTarget::Coupon(coupon.clone()), &entry).await?;
+        Ok(report)
+    }
+
+    /// The coupon's latest reconciliation report.
+    pub async fn last_report(&self, coupon: &CouponId) -> Result<Value, AdminError> {
+        self.ports.store.stored(coupon).await?.ok_or(AdminError::NotFound)?;
+        self.ports
+            .store
+            .last_report(coupon)
+            .await?
+            .ok_or(AdminError::ReportNotFound)
+    }
+
+    /// The coupon's latest `limit` audit entries, newest first, and whether
+    /// there are older ones. Bounded, so a long-running campaign's log never
+    /// makes an answer too large for API Gateway and Lambda.
+    pub async fn audit(&self, coupon: &CouponId, limit: usize) -> Result<(Vec<AuditEntry>, bool), AdminError> {
+        self.ports.store.stored(coupon).await?.ok_or(AdminError::NotFound)?;
+        Ok(self
+            .ports
+            .store
+            .audit(&AuditTarget::Coupon(coupon.clone()), limit)
+            .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actors_are_printable_ascii_of_bounded_length() {
+        assert!(Actor::parse("arn:aws:iam::123456789012:user/ops").is_ok());
+        assert!(Actor::parse("").is_err());
+        assert!(Actor::parse("a\nforged log line").is_err());
+        assert!(Actor::parse(&"a".repeat(257)).is_err());
+        assert!(Actor::parse("运营").is_err());
+    }
+
+    #[test]
+    fn a_rate_change_refuses_unknown_fields() {
+        assert!(serde_json::from_str::<RateChange>(r#"{"ratePerSec": 5}"#).is_ok());
+        assert!(serde_json::from_str::<RateChange>(r#"{"ratePerSec": 5, "x": 1}"#).is_err());
+        assert!(serde_json::from_str::<RateChange>(r#"{"ratePerSec": -5}"#).is_err());
+    }
+}

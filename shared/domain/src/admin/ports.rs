@@ -1,0 +1,37 @@
+//! The admin use cases' ports: the durable side (definitions at a version,
+//! the audit log, reports) and the live side (Redis shards).
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::model::{Applied, AuditEntry, AuditTarget, ChangeResult, CouponChange};
+use crate::coupon::StoredCoupon;
+use crate::error::StoreError;
+use crate::ids::CouponId;
+
+/// The durable side of administration (DynamoDB).
+#[async_trait]
+pub trait AdminStore: Send + Sync {
+    /// The coupon's definition and version.
+    async fn stored(&self, coupon: &CouponId) -> Result<Option<StoredCoupon>, StoreError>;
+    /// Applies a change atomically (definition, caps, audit, operation key).
+    async fn change(&self, change: &CouponChange) -> Result<ChangeResult, StoreError>;
+    /// Records an entry on its own (creates, reconciliations). `Ok(false)` if
+    /// an entry with this operation id exists already.
+    async fn record(&self, target: &AuditTarget, entry: &AuditEntry) -> Result<bool, StoreError>;
+    /// A target's latest `limit` entries, newest first, and whether older
+    /// ones exist. Reads at most `limit + 1` entries.
+    async fn audit(&self, target: &AuditTarget, limit: usize) -> Result<(Vec<AuditEntry>, bool), StoreError>;
+    /// Keeps a coupon's latest reconciliation report.
+    async fn save_report(&self, coupon: &CouponId, report: &Value) -> Result<(), StoreError>;
+    /// The latest report, if any.
+    async fn last_report(&self, coupon: &CouponId) -> Result<Option<Value>, StoreError>;
+}
+
+/// The Redis side of administration.
+#[async_trait]
+pub trait LiveSettings: Send + Sync {
+    /// Applies the stored definition to every shard (status, rate, stock
+    /// share), unless a shard has a newer version.
+    async fn apply(&self, coupon: &StoredCoupon) -> Result<Applied, StoreError>;
+}

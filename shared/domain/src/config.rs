@@ -1,0 +1,177 @@
+//! Reading typed configuration at cold start: the environment reader and
+//! its errors, shared by every function's `Config`, and the domain's own
+//! settings (risk limits, metrics namespace).
+//!
+//! Every setting is an environment variable (the Lambda way; the SAM template
+//! sets them). A missing or malformed one fails the start with a message that
+//! names the variable, instead of failing the first request. Values that are
+//! secrets are never logged: [`ConfigError`] never carries a value.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+
+/// A setting that is missing or malformed. The message names the variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A required variable is not set.
+    #[error("{0} is required but not set")]
+    Missing(&'static str),
+    /// A variable is set to something unusable.
+    #[error("{var} is invalid: {problem}")]
+    Invalid {
+        /// The variable.
+        var: &'static str,
+        /// What is wrong (never the value itself, which may be secret).
+        problem: String,
+    },
+}
+
+/// Looks a variable up.
+type Lookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// Where settings come from: the process environment, or a map in tests.
+pub struct Env {
+    lookup: Lookup,
+}
+
+impl Env {
+    /// The process environment.
+    pub fn process() -> Self {
+        Self {
+            lookup: Box::new(|k| std::env::var(k).ok()),
+        }
+    }
+
+    /// A fixed map (tests, benchmarks).
+    pub fn from_map(map: HashMap<String, String>) -> Self {
+        Self {
+            lookup: Box::new(move |k| map.get(k).cloned()),
+        }
+    }
+
+    /// A fixed list of pairs.
+    pub fn from_pairs(pairs: &[(&str, &str)]) -> Self {
+        Self::from_map(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+
+    fn raw(&self, var: &str) -> Option<String> {
+        (self.lookup)(var).filter(|v| !v.trim().is_empty())
+    }
+
+    /// A required string.
+    pub fn required(&self, var: &'static str) -> Result<String, ConfigError> {
+        self.raw(var).ok_or(ConfigError::Missing(var))
+    }
+
+    /// An optional string.
+    pub fn optional(&self, var: &'static str) -> Option<String> {
+        self.raw(var)
+    }
+
+    /// A number within `range`, or `default` when unset.
+    pub fn number<T>(&self, var: &'static str, default: T, range: std::ops::RangeInclusive<T>) -> Result<T, ConfigError>
+    where
+        T: FromStr + PartialOrd + fmt::Display + Copy,
+    {
+        let Some(raw) = self.raw(var) else {
+            return Ok(default);
+        };
+        let value: T = raw.trim().parse().map_err(|_| ConfigError::Invalid {
+            var,
+            problem: "not a number".into(),
+        })?;
+        if !range.contains(&value) {
+            return Err(ConfigError::Invalid {
+                var,
+                problem: format!("must be between {} and {}", range.start(), range.end()),
+            });
+        }
+        Ok(value)
+    }
+
+    /// `true`/`false` (also `1`/`0`, `yes`/`no`), or `default` when unset.
+    pub fn flag(&self, var: &'static str, default: bool) -> Result<bool, ConfigError> {
+        match self.raw(var).map(|v| v.trim().to_ascii_lowercase()) {
+            None => Ok(default),
+            Some(v) if matches!(v.as_str(), "true" | "1" | "yes") => Ok(true),
+            Some(v) if matches!(v.as_str(), "false" | "0" | "no") => Ok(false),
+            Some(_) => Err(ConfigError::Invalid {
+                var,
+                problem: "expected true or false".into(),
+            }),
+        }
+    }
+}
+
+/// The risk rules' limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RiskLimits {
+    /// Claims per user per day across coupons; 0 = off.
+    pub daily_claims_per_user: u32,
+    /// Distinct users per IP per day; 0 = off.
+    pub users_per_ip: u32,
+    /// Where the risk day starts: minutes east of UTC (480 for China).
+    pub day_offset_minutes: i32,
+}
+
+impl Default for RiskLimits {
+    fn default() -> Self {
+        Self {
+            daily_claims_per_user: 5,
+            users_per_ip: 10,
+            day_offset_minutes: 0,
+        }
+    }
+}
+
+impl RiskLimits {
+    /// `RISK_DAILY_CLAIMS_PER_USER` (5), `RISK_USERS_PER_IP` (10),
+    /// `RISK_DAY_OFFSET_MINUTES` (0).
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        Ok(Self {
+            daily_claims_per_user: env.number("RISK_DAILY_CLAIMS_PER_USER", d.daily_claims_per_user, 0..=10_000)?,
+            users_per_ip: env.number("RISK_USERS_PER_IP", d.users_per_ip, 0..=1_000_000)?,
+            day_offset_minutes: env.number("RISK_DAY_OFFSET_MINUTES", d.day_offset_minutes, -720..=840)?,
+        })
+    }
+
+    /// The risk day of an instant: days since the epoch in the configured
+    /// time zone, so counters roll over at local midnight.
+    pub fn day(&self, now_ms: i64) -> i64 {
+        (now_ms + i64::from(self.day_offset_minutes) * 60_000).div_euclid(86_400_000)
+    }
+}
+
+/// `METRICS_NAMESPACE` (`CouponGrab`): where every function's EMF metrics go.
+pub fn metrics_namespace(env: &Env) -> String {
+    env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "CouponGrab".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_risk_day_rolls_over_at_local_midnight() {
+        let china = RiskLimits {
+            day_offset_minutes: 480,
+            ..RiskLimits::default()
+        };
+        let utc_16h = 16 * 3_600_000;
+        assert_eq!(RiskLimits::default().day(utc_16h), 0);
+        assert_eq!(china.day(utc_16h), 1);
+        assert_eq!(china.day(utc_16h - 1), 0);
+    }
+
+    #[test]
+    fn a_malformed_number_names_the_variable_and_not_the_value() {
+        let env = Env::from_pairs(&[("N", "soon"), ("M", "1")]);
+        let err = env.number("N", 5u64, 0..=10).unwrap_err();
+        assert!(err.to_string().starts_with("N is invalid"));
+        assert!(!err.to_string().contains("soon"));
+        let err = env.number("M", 64usize, 64..=128).unwrap_err();
+        assert!(err.to_string().contains("between 64"));
+    }
+}

@@ -1,0 +1,413 @@
+//! A coupon campaign's definition, its validation, and how its stock and rate
+//! are split across stock shards.
+//!
+//! The definition is what an operator writes (JSON, camelCase); it is stored
+//! in DynamoDB as the durable source of truth and copied into every Redis
+//! stock shard at preheat, so the grab script never needs a second slot.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::CouponId;
+
+/// Most shards one coupon may have. Borrowing visits every other shard in the
+/// worst case, so this bounds a grab's round trips (`shards + 1`).
+pub const MAX_SHARDS: u32 = 64;
+
+/// The latest instant a definition may name (2286-11-20): 13 digits, which
+/// the Lua scripts' number formatting (`%.14g`) keeps exact.
+pub const MAX_TIME_MS: i64 = 9_999_999_999_999;
+
+/// The highest rate limit, grabs per second for the whole coupon.
+pub const MAX_RATE_PER_SEC: u32 = 10_000_000;
+
+/// Whether grabs are accepted at all (independent of the time window).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum CouponStatus {
+    /// Grabs are decided normally inside the window.
+    #[default]
+    Online,
+    /// Every grab is refused with COUPON_NOT_ACTIVE.
+    Offline,
+}
+
+impl CouponStatus {
+    /// The spelling stored in Redis and DynamoDB.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Online => "ONLINE",
+            Self::Offline => "OFFLINE",
+        }
+    }
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A coupon campaign as an operator defines it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CouponDefinition {
+    /// Chosen by the operator; creating the same id twice with the same
+    /// definition is a no-op.
+    pub coupon_id: CouponId,
+    /// Shown to the user.
+    pub name: String,
+    /// Face value in minor currency units (cents, fen).
+    pub amount: u64,
+    /// Units that can ever be issued: the hard cap of invariant 1.
+    pub total_stock: u64,
+    /// How many of this coupon one user may hold (N of invariant 2).
+    #[serde(default = "one")]
+    pub per_user_limit: u32,
+    /// Lowest member level that may grab; 0 lets everyone in.
+    #[serde(default)]
+    pub min_member_level: u32,
+    /// Grabs are accepted from this instant (ms since epoch, inclusive)...
+    pub grab_start_ms: i64,
+    /// ...until this one (exclusive).
+    pub grab_end_ms: i64,
+    /// The issued coupon can be used from...
+    pub valid_from_ms: i64,
+    /// ...until (exclusive).
+    pub valid_until_ms: i64,
+    /// Stock shards in Redis: more shards spread a hot coupon over more
+    /// Redis Cluster slots (and nodes). Fixed at creation.
+    #[serde(default = "one")]
+    pub shards: u32,
+    /// Token-bucket rate for the whole coupon, grabs per second; 0 = off.
+    #[serde(default)]
+    pub rate_per_sec: u32,
+    /// Token-bucket burst for the whole coupon; defaults to the rate.
+    #[serde(default)]
+    pub burst: u32,
+    /// Online or offline at creation.
+    #[serde(default)]
+    pub status: CouponStatus,
+}
+
+/// Why a definition was refused; names the field so the operator can fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct DefinitionError {
+    /// The offending field, as spelled in JSON.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+fn invalid(field: &'static str, problem: impl Into<String>) -> DefinitionError {
+    DefinitionError {
+        field,
+        problem: problem.into(),
+    }
+}
+
+impl CouponDefinition {
+    /// Checks every rule a definition must satisfy before anything is
+    /// written. `max_stock` is the operator-configured ceiling.
+    pub fn validate(&self, max_stock: u64) -> Result<(), DefinitionError> {
+        let name_len = self.name.chars().count();
+        if name_len == 0 || name_len > 100 || self.name.chars().any(char::is_control) {
+            return Err(invalid("name", "must be 1 to 100 characters, no control characters"));
+        }
+        if self.amount == 0 {
+            return Err(invalid("amount", "must be positive"));
+        }
+        if self.total_stock == 0 || self.total_stock > max_stock {
+            return Err(invalid("totalStock", format!("must be between 1 and {max_stock}")));
+        }
+        if self.per_user_limit == 0 || self.per_user_limit > 100 {
+            return Err(invalid("perUserLimit", "must be between 1 and 100"));
+        }
+        for (field, ms) in [
+            ("grabStartMs", self.grab_start_ms),
+            ("grabEndMs", self.grab_end_ms),
+            ("validFromMs", self.valid_from_ms),
+            ("validUntilMs", self.valid_until_ms),
+        ] {
+            if !(0..=MAX_TIME_MS).contains(&ms) {
+                return Err(invalid(
+                    field,
+                    format!("must be ms since the epoch, 0 to {MAX_TIME_MS}"),
+                ));
+            }
+        }
+        if self.grab_end_ms <= self.grab_start_ms {
+            return Err(invalid("grabEndMs", "must be after grabStartMs"));
+        }
+        if self.valid_until_ms <= self.valid_from_ms {
+            return Err(invalid("validUntilMs", "must be after validFromMs"));
+        }
+        if self.valid_until_ms < self.grab_end_ms {
+            return Err(invalid(
+                "validUntilMs",
+                "must not be before grabEndMs (a coupon grabbed at the end of the window must be usable)",
+            ));
+        }
+        if self.shards == 0 || self.shards > MAX_SHARDS {
+            return Err(invalid("shards", format!("must be between 1 and {MAX_SHARDS}")));
+        }
+        if u64::from(self.shards) > self.total_stock {
+            return Err(invalid("shards", "must not exceed totalStock"));
+        }
+        if self.rate_per_sec > MAX_RATE_PER_SEC {
+            return Err(invalid("ratePerSec", format!("must be at most {MAX_RATE_PER_SEC}")));
+        }
+        if self.rate_per_sec > 0 && self.burst > 0 && self.burst < self.shards {
+            return Err(invalid("burst", "must be at least the number of shards"));
+        }
+        Ok(())
+    }
+
+    /// [`Self::validate`], and the rules only a new coupon must meet: its
+    /// grab window is not over at `now_ms` (nobody could ever grab it).
+    pub fn validate_new(&self, max_stock: u64, now_ms: i64) -> Result<(), DefinitionError> {
+        self.validate(max_stock)?;
+        if self.grab_end_ms <= now_ms {
+            return Err(invalid("grabEndMs", "the grab window is already over"));
+        }
+        Ok(())
+    }
+
+    /// The stock shard `index` starts with: an even split, the remainder going
+    /// to the lowest shards, so the shares sum to `total_stock` exactly.
+    pub fn shard_stock(&self, index: u32) -> u64 {
+        let shards = u64::from(self.shards);
+        let base = self.total_stock / shards;
+        base + u64::from(u64::from(index) < self.total_stock % shards)
+    }
+
+    /// Each shard's token-bucket rate (grabs per second, fractional).
+    pub fn shard_rate(&self) -> f64 {
+        f64::from(self.rate_per_sec) / f64::from(self.shards)
+    }
+
+    /// Each shard's burst: the coupon's burst (or rate) split evenly, at
+    /// least one token.
+    pub fn shard_burst(&self) -> u64 {
+        let burst = if self.burst == 0 { self.rate_per_sec } else { self.burst };
+        u64::from(burst.div_ceil(self.shards).max(1))
+    }
+
+    /// How many capped counter items DynamoDB splits the stock over: one item
+    /// takes about 1,000 writes a second, so big coupons get more items (one
+    /// per 1,000 units, up to 16), never more items than units.
+    pub fn counter_items(&self) -> u32 {
+        counter_items_for(self.total_stock)
+    }
+
+    /// The cap of counter item `index`: an even split that sums to the total.
+    pub fn counter_cap(&self, index: u32) -> u64 {
+        let items = u64::from(self.counter_items());
+        self.total_stock / items + u64::from(u64::from(index) < self.total_stock % items)
+    }
+
+    /// A stable digest of the definition, stored beside it so that a repeated
+    /// create can tell "same definition" (no-op) from "different" (conflict).
+    pub fn fingerprint(&self) -> String {
+        let canonical = serde_json::to_string(self).unwrap_or_default();
+        format!("{:016x}", fnv1a64(canonical.as_bytes()))
+    }
+}
+
+/// [`CouponDefinition::counter_items`] for a total: monotone in `total`, so
+/// adding stock only ever adds counter items.
+pub fn counter_items_for(total: u64) -> u32 {
+    let wanted = total.div_ceil(1_000).clamp(1, 16);
+    wanted.min(total.max(1)) as u32
+}
+
+/// How the capped counters change when `added` units join a coupon of
+/// `before` units: `(item, units added to its cap, whether the item is new)`.
+///
+/// Caps only grow (an item may already have issued up to its old cap, so a
+/// recomputed, smaller cap could let the items together exceed the total),
+/// and the additions sum to `added` exactly, so the caps keep summing to the
+/// total. New items appear when the total crosses a 1,000 boundary, keeping
+/// the number of items equal to [`counter_items_for`] of the new total.
+pub fn counter_additions(before: u64, added: u64) -> Vec<(u32, u64, bool)> {
+    let old_items = counter_items_for(before);
+    let new_items = counter_items_for(before.saturating_add(added));
+    let n = u64::from(new_items);
+    (0..new_items)
+        .map(|k| {
+            let share = added / n + u64::from(u64::from(k) < added % n);
+            (k, share, k >= old_items)
+        })
+        .filter(|&(_, share, new)| share > 0 || new)
+        .collect()
+}
+
+/// A definition as the durable store holds it, with the version every
+/// operator change increments. Redis shards remember the version they last
+/// applied, so changes applied out of order never roll a shard back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCoupon {
+    /// The current definition (status, stock and rate as last changed).
+    pub definition: CouponDefinition,
+    /// 0 at creation, +1 per change.
+    pub version: u64,
+}
+
+/// FNV-1a, 64 bit: tiny, stable across releases and platforms (unlike std's
+/// `DefaultHasher`), which matters because its output is persisted and is
+/// used to route users to shards on every Lambda instance alike.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> CouponDefinition {
+        CouponDefinition {
+            coupon_id: CouponId::parse("c1").unwrap(),
+            name: "20 off".into(),
+            amount: 2000,
+            total_stock: 10,
+            per_user_limit: 1,
+            min_member_level: 0,
+            grab_start_ms: 1_000,
+            grab_end_ms: 2_000,
+            valid_from_ms: 1_000,
+            valid_until_ms: 10_000,
+            shards: 3,
+            rate_per_sec: 0,
+            burst: 0,
+            status: CouponStatus::Online,
+        }
+    }
+
+    fn field_of(def: &CouponDefinition) -> &'static str {
+        def.validate(1_000).expect_err("refused").field
+    }
+
+    #[test]
+    fn times_must_be_real_instants_and_each_gets_its_field_named() {
+        assert!(sample().validate(1_000).is_ok());
+        let mut def = sample();
+        def.grab_start_ms = -8_589_934_591;
+        assert_eq!(field_of(&def), "grabStartMs");
+        let mut def = sample();
+        def.valid_until_ms = MAX_TIME_MS + 1;
+        assert_eq!(field_of(&def), "validUntilMs");
+    }
+
+    #[test]
+    fn validity_may_not_end_before_the_grab_window_does() {
+        let mut def = sample();
+        def.valid_until_ms = def.grab_end_ms - 1;
+        assert_eq!(field_of(&def), "validUntilMs");
+        def.valid_until_ms = def.grab_end_ms;
+        assert!(def.validate(1_000).is_ok(), "ending together is fine");
+    }
+
+    #[test]
+    fn a_new_coupon_whose_window_is_over_is_refused_but_an_old_one_validates() {
+        let def = sample();
+        assert!(def.validate_new(1_000, def.grab_end_ms - 1).is_ok());
+        let err = def.validate_new(1_000, def.grab_end_ms).unwrap_err();
+        assert_eq!(
+            (err.field, err.problem.as_str()),
+            ("grabEndMs", "the grab window is already over")
+        );
+        assert!(def.validate(1_000).is_ok(), "changes to a past coupon still validate");
+    }
+
+    #[test]
+    fn the_rate_has_the_same_ceiling_at_create_and_change() {
+        let mut def = sample();
+        def.rate_per_sec = MAX_RATE_PER_SEC + 1;
+        assert_eq!(field_of(&def), "ratePerSec");
+    }
+
+    #[test]
+    fn shard_stock_sums_to_the_total() {
+        let mut def = sample();
+        for (total, shards) in [(10, 3), (100, 4), (7, 7), (1, 1), (65, 64)] {
+            def.total_stock = total;
+            def.shards = shards;
+            let sum: u64 = (0..shards).map(|i| def.shard_stock(i)).sum();
+            assert_eq!(sum, total, "{total} over {shards}");
+        }
+    }
+
+    #[test]
+    fn counter_caps_sum_to_the_total() {
+        let mut def = sample();
+        for total in [1, 7, 999, 1_000, 1_001, 16_001, 1_000_000] {
+            def.total_stock = total;
+            let items = def.counter_items();
+            assert!((1..=16).contains(&items));
+            let sum: u64 = (0..items).map(|i| def.counter_cap(i)).sum();
+            assert_eq!(sum, total);
+        }
+    }
+
+    #[test]
+    fn adding_stock_only_grows_caps_and_keeps_them_summing_to_the_total() {
+        for (before, added) in [
+            (10, 5),
+            (1, 1),
+            (999, 2),
+            (1_000, 1),
+            (1_500, 20_000),
+            (16_000, 7),
+            (3, 0),
+        ] {
+            let additions = counter_additions(before, added);
+            assert_eq!(additions.iter().map(|a| a.1).sum::<u64>(), added, "{before}+{added}");
+            let new_items = counter_items_for(before + added);
+            let old_items = counter_items_for(before);
+            assert!(new_items >= old_items);
+            for k in old_items..new_items {
+                assert!(additions.iter().any(|a| a.0 == k && a.2), "item {k} must be created");
+            }
+            assert!(additions.iter().all(|a| a.2 == (a.0 >= old_items)));
+        }
+    }
+
+    #[test]
+    fn a_window_that_ends_before_it_starts_is_refused() {
+        let mut def = sample();
+        def.grab_end_ms = def.grab_start_ms;
+        assert_eq!(def.validate(1_000).unwrap_err().field, "grabEndMs");
+    }
+
+    #[test]
+    fn more_shards_than_stock_is_refused() {
+        let mut def = sample();
+        def.shards = 11;
+        assert_eq!(def.validate(1_000).unwrap_err().field, "shards");
+    }
+
+    #[test]
+    fn stock_above_the_configured_maximum_is_refused() {
+        assert_eq!(sample().validate(9).unwrap_err().field, "totalStock");
+        assert!(sample().validate(10).is_ok());
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let mut json = serde_json::to_value(sample()).unwrap();
+        json["surprise"] = 1.into();
+        assert!(serde_json::from_value::<CouponDefinition>(json).is_err());
+    }
+
+    #[test]
+    fn the_fingerprint_changes_with_the_definition() {
+        let a = sample();
+        let mut b = sample();
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        b.total_stock += 1;
+        assert_ne!(a.fingerprint(), b.fingerprint());
+    }
+}

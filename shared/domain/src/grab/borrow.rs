@@ -1,0 +1,66 @@
+//! The borrow protocol of a sharded coupon: which shard is a user's home,
+//! and how a claim reserved on an empty home shard takes a unit from the
+//! other shards. Shared by the grab and by the reconciler, which finishes
+//! borrows whose caller died.
+
+use tracing::warn;
+
+use super::ports::{Claim, Recorded, StockLedger, TakeReply};
+use crate::coupon::fnv1a64;
+use crate::error::StoreError;
+use crate::grant::GrantRecord;
+use crate::ids::UserId;
+use crate::metrics::Metrics;
+use crate::outcome::Rejection;
+
+/// The user's home shard: a stable hash, so every Lambda instance routes a
+/// user to the same shard (where their per-user count lives).
+pub fn home_shard(user: &UserId, shards: u32) -> u32 {
+    if shards <= 1 {
+        return 0;
+    }
+    (fnv1a64(user.as_str().as_bytes()) % u64::from(shards)) as u32
+}
+
+/// Finishes a borrow for claim `ordinal` reserved on the home shard: visits
+/// the other shards in a fixed order from the home shard (so that concurrent
+/// retries of one request meet the same donor first), then settles on the
+/// home shard. Used by the grab and, for borrows whose caller died, by the
+/// reconciler: donor takes are idempotent per (user, ordinal), so running it
+/// again after a crash never takes a second unit.
+pub async fn finish_borrow(
+    ledger: &dyn StockLedger,
+    metrics: &dyn Metrics,
+    claim: &Claim<'_>,
+    shards: u32,
+    ordinal: u32,
+) -> Result<Result<GrantRecord, Rejection>, StoreError> {
+    let mut donor_grant = None;
+    for step in 1..shards {
+        let donor = (claim.home_shard + step) % shards;
+        match ledger.take(claim, donor, ordinal).await? {
+            TakeReply::Won(rec) => {
+                donor_grant = Some(rec);
+                break;
+            }
+            TakeReply::Empty => {}
+            TakeReply::Missing => {
+                warn!(donor, "stock shard has no state; skipped (the reconciler rebuilds it)");
+                metrics.count("ShardMissing", None, 1);
+            }
+        }
+    }
+    Ok(match ledger.settle(claim, donor_grant.as_ref()).await? {
+        Some(Recorded::Won(rec)) => Ok(rec),
+        Some(Recorded::SoldOut) => Err(Rejection::SoldOut),
+        Some(Recorded::Borrowing { .. }) => {
+            return Err(StoreError::Protocol {
+                what: "settle",
+                detail: "reservation left open".into(),
+            })
+        }
+        // The reservation expired or was lost: the donor's grant (if any) is
+        // real and in its outbox, so it is still the caller's.
+        None => donor_grant.ok_or(Rejection::SoldOut),
+    })
+}

@@ -1,0 +1,303 @@
+//! The grab use case: one press of the "grab" button, from a verified caller
+//! to a decided outcome, with the winners handed to the issuer.
+//!
+//! The order of steps is the design:
+//!
+//! 1. Sold-out memory: after a sell-out, answer from memory (plus one read of
+//!    the request id, so that a replay still gets its original win).
+//! 2. Risk reservation (blacklist, daily claims, distinct users per IP), in
+//!    the user's and the IP's own Redis slots, before any stock moves.
+//! 3. The claim: one Lua script on the user's home shard decides everything
+//!    and, for a winner, deducts stock and writes the outbox entry.
+//! 4. Only if the home shard is empty while others may not be: borrow from
+//!    the other shards in a fixed order (at most `shards - 1` calls), then
+//!    settle on the home shard. SOLD_OUT only when every shard was empty.
+//! 5. Winners: one SQS send. A failed send is still a win (the grant waits
+//!    in the outbox for the reconciler). Losers: release the risk hold.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use tracing::{instrument, warn};
+
+use crate::clock::Clock;
+use crate::error::StoreError;
+use crate::grant::GrantRecord;
+use crate::ids::{ClientIp, CouponId, RequestId, UserId};
+use crate::metrics::Metrics;
+use crate::outcome::{GrabOutcome, Rejection};
+
+mod borrow;
+pub mod ports;
+mod soldout;
+#[cfg(test)]
+mod tests;
+
+pub use borrow::{finish_borrow, home_shard};
+use ports::{Claim, ClaimReply, GrantPublisher, Recorded, RiskDecision, RiskGuard, RiskHold, StockLedger};
+pub use soldout::SoldOutMemory;
+
+/// One grab, as the edge parsed it.
+#[derive(Debug, Clone)]
+pub struct GrabRequest {
+    /// From the path.
+    pub coupon: CouponId,
+    /// From the verified identity, never from the body.
+    pub user: UserId,
+    /// From the verified identity; 0 if the claim is absent.
+    pub level: u32,
+    /// From the body: the idempotency key.
+    pub request: RequestId,
+    /// From the request context, for the per-IP risk rule.
+    pub ip: Option<ClientIp>,
+}
+
+/// A grab could not be decided; the client should retry with the same id.
+#[derive(Debug, thiserror::Error)]
+pub enum GrabError {
+    /// Redis did not answer (or answered nonsense). Safe to retry: every
+    /// write is keyed by the request id.
+    #[error("grab could not be decided")]
+    Unavailable(#[source] StoreError),
+}
+
+impl From<StoreError> for GrabError {
+    fn from(e: StoreError) -> Self {
+        Self::Unavailable(e)
+    }
+}
+
+/// Everything a grab needs, built once per Lambda instance.
+pub struct GrabService {
+    ledger: Arc<dyn StockLedger>,
+    risk: Arc<dyn RiskGuard>,
+    publisher: Arc<dyn GrantPublisher>,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<dyn Metrics>,
+    sold_out: SoldOutMemory,
+    shard_counts: RwLock<HashMap<CouponId, u32>>,
+}
+
+/// A decided grab before publishing.
+struct Decided {
+    outcome: Result<GrantRecord, Rejection>,
+    replayed: bool,
+    /// A grant that this request may be the first to see, so it is sent
+    /// (a resumed borrow may send a duplicate, which the issuer absorbs).
+    publish: bool,
+    /// The claim was counted by an earlier request with this id (or not at
+    /// all): give this request's risk hold back.
+    release_hold: bool,
+}
+
+impl GrabService {
+    /// Wires the service; `sold_out_ttl_ms` bounds the sold-out memory.
+    pub fn new(
+        ledger: Arc<dyn StockLedger>,
+        risk: Arc<dyn RiskGuard>,
+        publisher: Arc<dyn GrantPublisher>,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<dyn Metrics>,
+        sold_out_ttl_ms: u64,
+    ) -> Self {
+        Self {
+            ledger,
+            risk,
+            publisher,
+            clock,
+            metrics,
+            sold_out: SoldOutMemory::new(sold_out_ttl_ms),
+            shard_counts: RwLock::default(),
+        }
+    }
+
+    /// The clock this service decides with.
+    pub fn clock(&self) -> &dyn Clock {
+        self.clock.as_ref()
+    }
+
+    /// Decides one grab. Rejections are `Ok`: they are outcomes, not errors.
+    #[instrument(skip_all, fields(coupon = %req.coupon, user = %req.user, request = %req.request))]
+    pub async fn grab(&self, req: &GrabRequest) -> Result<GrabOutcome, GrabError> {
+        let outcome = self.decide_and_publish(req).await;
+        let code = match &outcome {
+            Ok(GrabOutcome::Won { .. }) => "WON",
+            Ok(GrabOutcome::Rejected { reason, .. }) => rejection_metric(reason),
+            Err(_) => "UNAVAILABLE",
+        };
+        self.metrics.count("GrabOutcome", Some(("Outcome", code)), 1);
+        outcome
+    }
+
+    async fn decide_and_publish(&self, req: &GrabRequest) -> Result<GrabOutcome, GrabError> {
+        let now_ms = self.clock.now_ms();
+        let Some(shards) = self.shard_count(&req.coupon).await? else {
+            return Ok(rejected(Rejection::NotFound, false));
+        };
+        let claim = Claim {
+            coupon: &req.coupon,
+            home_shard: home_shard(&req.user, shards),
+            user: &req.user,
+            level: req.level,
+            request: &req.request,
+            now_ms,
+        };
+
+        let mut hold = None;
+        if self.sold_out.is_sold_out(&req.coupon, now_ms) {
+            // One read keeps replays truthful: a request that won before the
+            // sell-out must not hear SOLD_OUT when it retries.
+            match self.ledger.recorded(&claim).await? {
+                None => return Ok(rejected(Rejection::SoldOut, false)),
+                Some(Recorded::Won(rec)) => return Ok(self.won(req, rec, false, true).await),
+                Some(Recorded::SoldOut) => return Ok(rejected(Rejection::SoldOut, true)),
+                // A borrow interrupted before the sell-out: finish it below.
+                Some(Recorded::Borrowing { .. }) => {}
+            }
+        } else {
+            match self.risk.reserve(&req.user, req.ip, now_ms).await? {
+                RiskDecision::Allowed(h) => hold = Some(h),
+                RiskDecision::Refused(reason) => match self.ledger.recorded(&claim).await? {
+                    // The win itself may be what filled the daily limit.
+                    Some(Recorded::Won(rec)) => return Ok(self.won(req, rec, false, true).await),
+                    Some(Recorded::SoldOut) => return Ok(rejected(Rejection::SoldOut, true)),
+                    // The interrupted first attempt holds the risk reservation.
+                    Some(Recorded::Borrowing { .. }) => {}
+                    None => return Ok(rejected(Rejection::Risk(reason), false)),
+                },
+            }
+        }
+
+        let decided = match self.decide(&claim, shards).await {
+            Ok(d) => d,
+            Err(e) => {
+                // The claim may or may not have been applied: keep the risk
+                // hold (over-counting is the safe side of a limit).
+                return Err(e.into());
+            }
+        };
+        if decided.release_hold || decided.outcome.is_err() {
+            if let Some(h) = hold.as_ref() {
+                self.release(h).await;
+            }
+        }
+        Ok(match decided.outcome {
+            Ok(rec) => self.won(req, rec, decided.publish, decided.replayed).await,
+            Err(reason) => {
+                if reason == Rejection::SoldOut {
+                    self.sold_out.remember(&req.coupon, now_ms);
+                }
+                rejected(reason, decided.replayed)
+            }
+        })
+    }
+
+    async fn decide(&self, claim: &Claim<'_>, shards: u32) -> Result<Decided, StoreError> {
+        let fresh = |outcome| Decided {
+            outcome,
+            replayed: false,
+            publish: true,
+            release_hold: false,
+        };
+        Ok(match self.ledger.claim(claim).await? {
+            ClaimReply::Won(rec) => fresh(Ok(rec)),
+            ClaimReply::Rejected(reason) => fresh(Err(reason)),
+            ClaimReply::Borrow { ordinal } => {
+                let outcome = self.borrow(claim, shards, ordinal).await?;
+                fresh(outcome)
+            }
+            ClaimReply::Replay(Recorded::Won(rec)) => Decided {
+                outcome: Ok(rec),
+                replayed: true,
+                publish: false,
+                release_hold: true,
+            },
+            ClaimReply::Replay(Recorded::SoldOut) => Decided {
+                outcome: Err(Rejection::SoldOut),
+                replayed: true,
+                publish: false,
+                release_hold: true,
+            },
+            ClaimReply::Replay(Recorded::Borrowing { ordinal }) => {
+                // The first attempt died mid-borrow (or is still running):
+                // resume it. Donor takes are idempotent per (user, ordinal).
+                let outcome = self.borrow(claim, shards, ordinal).await?;
+                Decided {
+                    outcome,
+                    replayed: true,
+                    publish: true,
+                    release_hold: true,
+                }
+            }
+        })
+    }
+
+    async fn borrow(
+        &self,
+        claim: &Claim<'_>,
+        shards: u32,
+        ordinal: u32,
+    ) -> Result<Result<GrantRecord, Rejection>, StoreError> {
+        finish_borrow(self.ledger.as_ref(), self.metrics.as_ref(), claim, shards, ordinal).await
+    }
+
+    async fn won(&self, req: &GrabRequest, rec: GrantRecord, publish: bool, replayed: bool) -> GrabOutcome {
+        let grant = rec.into_grant(req.coupon.clone(), req.user.clone(), req.request.clone());
+        let mut queued = false;
+        if publish {
+            match self.publisher.publish(&grant).await {
+                Ok(()) => queued = true,
+                Err(e) => {
+                    warn!(grant = %grant.grant_id, error = %e, source = ?std::error::Error::source(&e),
+                        "grant not queued; it stays in the outbox for the reconciler");
+                    self.metrics.count("GrantQueueFailed", None, 1);
+                }
+            }
+        }
+        GrabOutcome::Won {
+            grant,
+            queued,
+            replayed,
+        }
+    }
+
+    async fn release(&self, hold: &RiskHold) {
+        if hold.is_empty() {
+            return;
+        }
+        if let Err(e) = self.risk.release(hold).await {
+            // The hold expires with its day; until then the user or IP is
+            // over-counted by one, never under-counted.
+            warn!(error = %e, "risk hold not released");
+            self.metrics.count("RiskReleaseFailed", None, 1);
+        }
+    }
+
+    async fn shard_count(&self, coupon: &CouponId) -> Result<Option<u32>, StoreError> {
+        if let Some(n) = self.shard_counts.read().ok().and_then(|m| m.get(coupon).copied()) {
+            return Ok(Some(n));
+        }
+        // Shards are fixed at creation, so a known count never goes stale.
+        let n = self.ledger.shard_count(coupon).await?;
+        if let (Some(n), Ok(mut m)) = (n, self.shard_counts.write()) {
+            m.insert(coupon.clone(), n);
+        }
+        Ok(n)
+    }
+}
+
+fn rejected(reason: Rejection, replayed: bool) -> GrabOutcome {
+    GrabOutcome::Rejected { reason, replayed }
+}
+
+fn rejection_metric(reason: &Rejection) -> &'static str {
+    match reason {
+        Rejection::NotFound => "NOT_FOUND",
+        Rejection::Offline | Rejection::NotStarted { .. } | Rejection::Ended => "NOT_ACTIVE",
+        Rejection::NotEligible { .. } => "NOT_ELIGIBLE",
+        Rejection::AlreadyClaimed => "ALREADY_CLAIMED",
+        Rejection::SoldOut => "SOLD_OUT",
+        Rejection::RateLimited { .. } => "RATE_LIMITED",
+        Rejection::Risk(_) => "RISK_REJECTED",
+    }
+}

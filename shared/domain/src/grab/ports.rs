@@ -1,0 +1,138 @@
+//! The grab's ports: the atomic stock operations on one shard, the risk
+//! reservation, and the hand-off of winners to the issuer.
+
+use async_trait::async_trait;
+
+use crate::error::{PublishError, StoreError};
+use crate::grant::{Grant, GrantRecord};
+use crate::ids::{ClientIp, CouponId, RequestId, UserId};
+use crate::outcome::{Rejection, RiskReason};
+
+/// Who is grabbing what, routed to the user's home shard.
+#[derive(Debug, Clone)]
+pub struct Claim<'a> {
+    /// The coupon.
+    pub coupon: &'a CouponId,
+    /// The user's home shard: where their per-user count and request ids live.
+    pub home_shard: u32,
+    /// The caller.
+    pub user: &'a UserId,
+    /// The caller's member level (from the identity).
+    pub level: u32,
+    /// The idempotency key.
+    pub request: &'a RequestId,
+    /// One instant for every decision of this grab.
+    pub now_ms: i64,
+}
+
+/// What is stored under a request id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// The request won this grant.
+    Won(GrantRecord),
+    /// The request reserved claim `ordinal` on its home shard and is (or was,
+    /// before a crash) borrowing stock from other shards.
+    Borrowing {
+        /// The reserved claim number.
+        ordinal: u32,
+    },
+    /// A borrow found every shard empty.
+    SoldOut,
+}
+
+/// The home shard's answer to a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimReply {
+    /// The request id was seen before: its stored record, nothing changed.
+    Replay(Recorded),
+    /// A unit of the home shard's stock was granted.
+    Won(GrantRecord),
+    /// The home shard is empty but others may not be: claim `ordinal` is
+    /// reserved; borrow, then settle.
+    Borrow {
+        /// The reserved claim number.
+        ordinal: u32,
+    },
+    /// Refused; nothing changed.
+    Rejected(Rejection),
+}
+
+/// A donor shard's answer to a borrow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TakeReply {
+    /// A unit was taken (or had been, for this very claim).
+    Won(GrantRecord),
+    /// The donor has no stock.
+    Empty,
+    /// The donor shard has no state (lost, or never preheated).
+    Missing,
+}
+
+/// The atomic stock operations, one shard at a time (Redis Lua scripts).
+#[async_trait]
+pub trait StockLedger: Send + Sync {
+    /// How many shards a coupon has, or `None` if it does not exist.
+    async fn shard_count(&self, coupon: &CouponId) -> Result<Option<u32>, StoreError>;
+    /// The whole grab decision on the home shard, atomically.
+    async fn claim(&self, claim: &Claim<'_>) -> Result<ClaimReply, StoreError>;
+    /// Takes one unit from `donor` for the reserved claim `ordinal`.
+    async fn take(&self, claim: &Claim<'_>, donor: u32, ordinal: u32) -> Result<TakeReply, StoreError>;
+    /// Finishes a borrow on the home shard with the donor's grant, or with
+    /// none (every donor empty). `None` if the reservation is gone.
+    async fn settle(
+        &self,
+        claim: &Claim<'_>,
+        donor_grant: Option<&GrantRecord>,
+    ) -> Result<Option<Recorded>, StoreError>;
+    /// Reads the stored outcome of a request id without changing anything.
+    async fn recorded(&self, claim: &Claim<'_>) -> Result<Option<Recorded>, StoreError>;
+}
+
+/// What a risk reservation took, so that exactly that can be given back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RiskHold {
+    /// Whose reservation.
+    pub user: UserId,
+    /// From which address, if known.
+    pub ip: Option<ClientIp>,
+    /// The risk day (days since epoch in the configured time zone).
+    pub day: i64,
+    /// One of the user's daily claims was reserved.
+    pub user_reserved: bool,
+    /// A reference in the IP's distinct-users set was reserved.
+    pub ip_reserved: bool,
+}
+
+impl RiskHold {
+    /// True if releasing it would change nothing.
+    pub fn is_empty(&self) -> bool {
+        !self.user_reserved && !self.ip_reserved
+    }
+}
+
+/// The risk checks' answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RiskDecision {
+    /// Go on; give the hold back if the grab does not win.
+    Allowed(RiskHold),
+    /// Refused; nothing is held.
+    Refused(RiskReason),
+}
+
+/// Risk checks keyed by user and IP, reserved before the grab so that the
+/// limits hold under concurrency.
+#[async_trait]
+pub trait RiskGuard: Send + Sync {
+    /// Checks the blacklist and reserves a daily claim and an IP place.
+    async fn reserve(&self, user: &UserId, ip: Option<ClientIp>, now_ms: i64) -> Result<RiskDecision, StoreError>;
+    /// Gives back what `reserve` took.
+    async fn release(&self, hold: &RiskHold) -> Result<(), StoreError>;
+}
+
+/// Hands a grant to the issuer (SQS).
+#[async_trait]
+pub trait GrantPublisher: Send + Sync {
+    /// Sends one grant. An error means the grant was not queued; it stays in
+    /// the outbox, from where the reconciler re-drives it.
+    async fn publish(&self, grant: &Grant) -> Result<(), PublishError>;
+}

@@ -1,0 +1,267 @@
+//! The grab use case against scripted ports: the order of steps, what is
+//! sent, what is released, what is remembered.
+
+use std::collections::HashMap;
+
+use super::ports::TakeReply;
+use super::*;
+use crate::clock::ManualClock;
+use crate::metrics::RecordingMetrics;
+use crate::outcome::RiskReason;
+use crate::testing::{FakeQueue, FakeRisk, ScriptedLedger};
+
+struct World {
+    ledger: Arc<ScriptedLedger>,
+    risk: Arc<FakeRisk>,
+    queue: Arc<FakeQueue>,
+    metrics: Arc<RecordingMetrics>,
+    clock: ManualClock,
+    service: GrabService,
+}
+
+fn world(ledger: ScriptedLedger, risk: FakeRisk, queue: FakeQueue) -> World {
+    let (ledger, risk, queue) = (Arc::new(ledger), Arc::new(risk), Arc::new(queue));
+    let metrics = Arc::new(RecordingMetrics::default());
+    let clock = ManualClock::new(1_000);
+    let service = GrabService::new(
+        ledger.clone(),
+        risk.clone(),
+        queue.clone(),
+        Arc::new(clock.clone()),
+        metrics.clone(),
+        500,
+    );
+    World {
+        ledger,
+        risk,
+        queue,
+        metrics,
+        clock,
+        service,
+    }
+}
+
+fn request(user: &str) -> GrabRequest {
+    GrabRequest {
+        coupon: CouponId::parse("c").unwrap(),
+        user: UserId::parse(user).unwrap(),
+        level: 0,
+        request: RequestId::parse("r").unwrap(),
+        ip: None,
+    }
+}
+
+fn record(grant: &str, shard: u32) -> GrantRecord {
+    GrantRecord {
+        grant_id: grant.into(),
+        ordinal: 1,
+        shard,
+        granted_at_ms: 1_000,
+    }
+}
+
+#[tokio::test]
+async fn a_winner_whose_send_fails_still_wins_and_the_failure_is_counted() {
+    let w = world(
+        ScriptedLedger {
+            shards: 1,
+            claim: Some(ClaimReply::Won(record("c-0-1", 0))),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue {
+            fail: true,
+            ..Default::default()
+        },
+    );
+    let outcome = w.service.grab(&request("u")).await.unwrap();
+    assert!(matches!(
+        outcome,
+        GrabOutcome::Won {
+            queued: false,
+            replayed: false,
+            ..
+        }
+    ));
+    assert_eq!(w.metrics.total("GrantQueueFailed"), 1);
+    assert_eq!(*w.risk.released.lock().unwrap(), 0, "a win keeps its risk hold");
+}
+
+#[tokio::test]
+async fn a_loser_gives_its_risk_hold_back_and_sends_nothing() {
+    let w = world(
+        ScriptedLedger {
+            shards: 1,
+            claim: Some(ClaimReply::Rejected(Rejection::AlreadyClaimed)),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    let outcome = w.service.grab(&request("u")).await.unwrap();
+    assert_eq!(
+        outcome,
+        GrabOutcome::Rejected {
+            reason: Rejection::AlreadyClaimed,
+            replayed: false
+        }
+    );
+    assert_eq!(*w.risk.released.lock().unwrap(), 1);
+    assert!(w.queue.sent.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_replayed_win_is_not_sent_again_and_its_new_hold_is_released() {
+    let w = world(
+        ScriptedLedger {
+            shards: 1,
+            claim: Some(ClaimReply::Replay(Recorded::Won(record("c-0-1", 0)))),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    let outcome = w.service.grab(&request("u")).await.unwrap();
+    assert!(matches!(
+        outcome,
+        GrabOutcome::Won {
+            queued: false,
+            replayed: true,
+            ..
+        }
+    ));
+    assert!(w.queue.sent.lock().unwrap().is_empty());
+    assert_eq!(*w.risk.released.lock().unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_borrow_visits_donors_in_order_from_home_and_stops_at_the_first_win() {
+    let user = "borrower";
+    let home = home_shard(&UserId::parse(user).unwrap(), 4);
+    let first_donor = (home + 1) % 4;
+    let second_donor = (home + 2) % 4;
+    let w = world(
+        ScriptedLedger {
+            shards: 4,
+            claim: Some(ClaimReply::Borrow { ordinal: 1 }),
+            takes: HashMap::from([(second_donor, TakeReply::Won(record("c-x-1", second_donor)))]),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    let outcome = w.service.grab(&request(user)).await.unwrap();
+    assert!(matches!(outcome, GrabOutcome::Won { queued: true, .. }));
+    assert_eq!(
+        w.ledger.calls(),
+        vec![
+            "claim".to_string(),
+            format!("take:{first_donor}"),
+            format!("take:{second_donor}"),
+            "settle".into()
+        ]
+    );
+    assert_eq!(w.queue.sent.lock().unwrap()[0].shard, second_donor);
+}
+
+#[tokio::test]
+async fn a_sell_out_is_remembered_for_the_ttl_and_then_forgotten() {
+    let w = world(
+        ScriptedLedger {
+            shards: 1,
+            claim: Some(ClaimReply::Rejected(Rejection::SoldOut)),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    w.service.grab(&request("a")).await.unwrap();
+    let second = w.service.grab(&request("b")).await.unwrap();
+    assert!(matches!(
+        second,
+        GrabOutcome::Rejected {
+            reason: Rejection::SoldOut,
+            ..
+        }
+    ));
+    // From memory: one read of the request record, no risk, no claim.
+    assert_eq!(w.ledger.calls(), vec!["claim", "recorded"]);
+    assert_eq!(*w.risk.reserved.lock().unwrap(), 1);
+    w.clock.advance(500);
+    w.service.grab(&request("c")).await.unwrap();
+    assert_eq!(w.ledger.calls().last().map(String::as_str), Some("claim"));
+}
+
+#[tokio::test]
+async fn an_undecided_claim_is_an_error_and_keeps_the_hold() {
+    let w = world(
+        ScriptedLedger {
+            shards: 1,
+            fail_claim: true,
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    assert!(matches!(
+        w.service.grab(&request("u")).await,
+        Err(GrabError::Unavailable(_))
+    ));
+    assert_eq!(
+        *w.risk.released.lock().unwrap(),
+        0,
+        "over-count rather than under-count"
+    );
+    assert_eq!(w.metrics.total_for("GrabOutcome", "UNAVAILABLE"), 1);
+}
+
+#[tokio::test]
+async fn a_risk_refusal_is_final_unless_the_request_already_won() {
+    let refusing = |recorded| {
+        world(
+            ScriptedLedger {
+                shards: 1,
+                recorded,
+                ..Default::default()
+            },
+            FakeRisk {
+                refuse: Some(RiskReason::DailyLimit),
+                ..FakeRisk::allowing()
+            },
+            FakeQueue::default(),
+        )
+    };
+    let w = refusing(None);
+    let outcome = w.service.grab(&request("u")).await.unwrap();
+    assert!(matches!(
+        outcome,
+        GrabOutcome::Rejected {
+            reason: Rejection::Risk(RiskReason::DailyLimit),
+            ..
+        }
+    ));
+    let w = refusing(Some(Recorded::Won(record("c-0-1", 0))));
+    let outcome = w.service.grab(&request("u")).await.unwrap();
+    assert!(matches!(outcome, GrabOutcome::Won { replayed: true, .. }));
+    assert!(!w.ledger.calls().contains(&"claim".to_string()));
+}
+
+#[test]
+fn home_shards_are_stable_and_in_range() {
+    let u = UserId::parse("alice").unwrap();
+    assert_eq!(home_shard(&u, 1), 0);
+    for shards in 2..10 {
+        let s = home_shard(&u, shards);
+        assert!(s < shards);
+        assert_eq!(s, home_shard(&u, shards));
+    }
+}
+
+#[test]
+fn users_spread_over_shards() {
+    let mut seen = [0u32; 4];
+    for i in 0..400 {
+        seen[home_shard(&UserId::parse(&format!("u{i}")).unwrap(), 4) as usize] += 1;
+    }
+    assert!(seen.iter().all(|&n| n > 50), "{seen:?}");
+}

@@ -1,0 +1,272 @@
+//! Issuance: grants become coupons in the user's wallet, exactly once.
+//!
+//! The issuer receives grants from SQS (at-least-once, any order, any number
+//! of times). For each it runs one DynamoDB transaction: put the user coupon
+//! under `(user, coupon, ordinal)` with `attribute_not_exists`, and take one
+//! unit from a capped counter. Repeats find the coupon there (duplicate =
+//! success); a grant beyond the durable cap, possible only after Redis lost
+//! data, is recorded as REJECTED and counted, never issued.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use serde::{Deserialize, Serialize};
+use tracing::{instrument, warn};
+
+use crate::catalog::CouponRepository;
+use crate::coupon::CouponDefinition;
+use crate::error::{BoxError, StoreError};
+use crate::grant::Grant;
+use crate::ids::{CouponId, UserId};
+use crate::metrics::Metrics;
+
+pub mod ports;
+pub use ports::IssueLedger;
+
+/// The life of a coupon in a wallet. USED and EXPIRED belong to the
+/// redemption side, which is not part of this system yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum CouponState {
+    /// Issued and not yet used.
+    Unused,
+}
+
+/// A coupon in a user's wallet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserCoupon {
+    /// Which coupon.
+    pub coupon_id: CouponId,
+    /// The user's n-th claim of it.
+    pub ordinal: u32,
+    /// The grant it was issued from.
+    pub grant_id: String,
+    /// Its state.
+    pub status: CouponState,
+    /// The coupon's name, copied at issue time.
+    pub name: String,
+    /// Face value in minor units.
+    pub amount: u64,
+    /// When it was issued.
+    pub received_at_ms: i64,
+    /// Usable from...
+    pub valid_from_ms: i64,
+    /// ...until (exclusive).
+    pub valid_until_ms: i64,
+}
+
+/// Why a grant was not issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RejectReason {
+    /// Every capped counter was full: Redis granted more than the stock
+    /// (only after it lost data).
+    CapReached,
+    /// The user's claim with this ordinal was issued from another grant.
+    OrdinalTaken,
+}
+
+impl RejectReason {
+    /// Stable spelling for records, responses and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CapReached => "CAP_REACHED",
+            Self::OrdinalTaken => "ORDINAL_TAKEN",
+        }
+    }
+
+    /// Parses [`Self::as_str`].
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "CAP_REACHED" => Some(Self::CapReached),
+            "ORDINAL_TAKEN" => Some(Self::OrdinalTaken),
+            _ => None,
+        }
+    }
+}
+
+/// What issuing one grant did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IssueOutcome {
+    /// The coupon is now in the wallet.
+    Issued,
+    /// It was already there (a repeated delivery): success.
+    Duplicate,
+    /// Recorded as rejected and acknowledged.
+    Rejected(RejectReason),
+}
+
+/// Where a grant is, as its owner sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrantStatus {
+    /// Won, not yet in the wallet.
+    Pending,
+    /// In the wallet.
+    Issued,
+    /// Not issued, for this reason.
+    Rejected(RejectReason),
+}
+
+/// A grant id taken apart: `<couponId>-<shard>-<seq>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantRef {
+    /// The whole id.
+    pub grant_id: String,
+    /// The coupon.
+    pub coupon: CouponId,
+    /// The stock shard.
+    pub shard: u32,
+    /// The shard's grant sequence number (the outbox stream id `<seq>-0`).
+    pub seq: u64,
+}
+
+impl GrantRef {
+    /// Parses a grant id from the right (coupon ids may contain `-`).
+    pub fn parse(raw: &str) -> Option<Self> {
+        let (rest, seq) = raw.rsplit_once('-')?;
+        let (coupon, shard) = rest.rsplit_once('-')?;
+        Some(Self {
+            grant_id: raw.to_owned(),
+            coupon: CouponId::parse(coupon).ok()?,
+            shard: shard.parse().ok()?,
+            seq: seq.parse().ok()?,
+        })
+    }
+}
+
+/// A write that did not happen; SQS delivers the grant again.
+#[derive(Debug, thiserror::Error)]
+pub enum IssueError {
+    /// DynamoDB throttled the write (or the transaction conflicted): back off.
+    #[error("issue throttled")]
+    Throttled(#[source] BoxError),
+    /// DynamoDB could not be reached or failed.
+    #[error("coupon ledger unavailable")]
+    Unavailable(#[source] BoxError),
+}
+
+/// Why one message was not acknowledged.
+#[derive(Debug, thiserror::Error)]
+pub enum IssueFailure {
+    /// The message can never succeed (not a grant, unknown coupon): it is
+    /// reported failed every time and lands in the DLQ after
+    /// `maxReceiveCount` deliveries, where an alarm and the reconciler see it.
+    #[error("poison message: {0}")]
+    Poison(String),
+    /// A transient failure: retried by SQS redelivery.
+    #[error("issue failed, will be retried")]
+    Transient(#[source] IssueError),
+    /// The definition could not be read.
+    #[error("coupon definition unavailable")]
+    Definition(#[source] StoreError),
+}
+
+/// Issues grants, caching coupon definitions per Lambda instance.
+pub struct IssuerService {
+    ledger: Arc<dyn IssueLedger>,
+    definitions: Arc<dyn CouponRepository>,
+    metrics: Arc<dyn Metrics>,
+    cache: RwLock<HashMap<CouponId, Arc<CouponDefinition>>>,
+}
+
+impl IssuerService {
+    /// Wires the service.
+    pub fn new(
+        ledger: Arc<dyn IssueLedger>,
+        definitions: Arc<dyn CouponRepository>,
+        metrics: Arc<dyn Metrics>,
+    ) -> Self {
+        Self {
+            ledger,
+            definitions,
+            metrics,
+            cache: RwLock::default(),
+        }
+    }
+
+    /// Parses and issues one message body.
+    #[instrument(skip_all)]
+    pub async fn issue_message(&self, body: &str, now_ms: i64) -> Result<IssueOutcome, IssueFailure> {
+        let grant: Grant = serde_json::from_str(body)
+            .map_err(|e| IssueFailure::Poison(format!("not a grant: {}", e.classify_name())))?;
+        self.issue(&grant, now_ms).await
+    }
+
+    /// Issues one grant.
+    #[instrument(skip_all, fields(grant = %grant.grant_id, user = %grant.user_id))]
+    pub async fn issue(&self, grant: &Grant, now_ms: i64) -> Result<IssueOutcome, IssueFailure> {
+        let def = self.definition(&grant.coupon_id).await?;
+        if grant.ordinal == 0 || grant.ordinal > def.per_user_limit {
+            return Err(IssueFailure::Poison(format!(
+                "ordinal {} outside 1..={}",
+                grant.ordinal, def.per_user_limit
+            )));
+        }
+        let outcome = self
+            .ledger
+            .issue(grant, &def, now_ms)
+            .await
+            .map_err(IssueFailure::Transient)?;
+        let name = match outcome {
+            IssueOutcome::Issued => "CouponIssued",
+            IssueOutcome::Duplicate => "DuplicateDelivery",
+            IssueOutcome::Rejected(reason) => {
+                warn!(reason = reason.as_str(), "grant rejected by the durable ledger");
+                "GrantRejected"
+            }
+        };
+        self.metrics.count(name, None, 1);
+        Ok(outcome)
+    }
+
+    async fn definition(&self, coupon: &CouponId) -> Result<Arc<CouponDefinition>, IssueFailure> {
+        if let Some(def) = self.cache.read().ok().and_then(|c| c.get(coupon).cloned()) {
+            return Ok(def);
+        }
+        let def = self
+            .definitions
+            .get_definition(coupon)
+            .await
+            .map_err(IssueFailure::Definition)?
+            .ok_or_else(|| IssueFailure::Poison(format!("unknown coupon {coupon}")))?;
+        let def = Arc::new(def);
+        if let Ok(mut cache) = self.cache.write() {
+            cache.insert(coupon.clone(), def.clone());
+        }
+        Ok(def)
+    }
+}
+
+/// serde_json's error category as a word (never the input).
+trait ClassifyName {
+    fn classify_name(&self) -> &'static str;
+}
+
+impl ClassifyName for serde_json::Error {
+    fn classify_name(&self) -> &'static str {
+        match self.classify() {
+            serde_json::error::Category::Io => "io",
+            serde_json::error::Category::Syntax => "invalid JSON",
+            serde_json::error::Category::Data => "wrong fields",
+            serde_json::error::Category::Eof => "truncated JSON",
+        }
+    }
+}
+
+/// Who holds how many of a coupon, for rebuilding per-user counts.
+pub type Holdings = HashMap<UserId, u32>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grant_ids_parse_from_the_right() {
+        let g = GrantRef::parse("spring-20-3-117").unwrap();
+        assert_eq!((g.coupon.as_str(), g.shard, g.seq), ("spring-20", 3, 117));
+        for bad in ["", "x", "c-1", "c-x-1", "c-1-y", "-1-2", "a:b-1-2"] {
+            assert!(GrantRef::parse(bad).is_none(), "{bad}");
+        }
+    }
+}

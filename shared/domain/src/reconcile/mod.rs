@@ -1,0 +1,353 @@
+//! Reconciliation: the scheduled job that keeps Redis (fast, volatile) and
+//! DynamoDB (durable, the arbiter) honest with each other.
+//!
+//! Per coupon whose window is open or recently closed, one pass:
+//!
+//! 1. Reads every shard; a shard without state while DynamoDB knows the
+//!    coupon means Redis lost data.
+//! 2. Walks each outbox: entries DynamoDB confirms (issued under that grant
+//!    id, or rejected) are trimmed; the rest are pending, and those older
+//!    than the grace period are re-driven to SQS (winners whose send failed,
+//!    or whose Lambda died after the Lua call).
+//! 3. Finishes borrows whose caller died (resumed exactly as a client retry
+//!    would: idempotent per user and ordinal).
+//! 4. Rebuilds lost shards from DynamoDB: per-user counts first, then stock
+//!    (`total - issued - rejected - what surviving shards hold or owe`), then
+//!    invalidates every shard's "sold out" stamp.
+//! 5. Checks `total = remaining + issued + pending + rejected` and reports
+//!    any drift with its cause.
+//!
+//! Once per run, blacklist flags Redis lost are set again from the durable
+//! blacklist (never one an operator lifted meanwhile).
+//!
+//! Every step is idempotent or guarded, so two runs at once, or a run that
+//! dies half way, leave nothing wrong: re-drives are absorbed by the
+//! issuer's conditional writes, a trim only removes confirmed entries, and a
+//! restore never overwrites a shard that has state.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use tracing::{info, instrument, warn};
+
+use crate::blacklist::{BlacklistFlags, BlacklistRecord};
+use crate::clock::Clock;
+use crate::coupon::CouponDefinition;
+use crate::error::StoreError;
+use crate::grab::ports::{Claim, Recorded, StockLedger};
+use crate::grab::{finish_borrow, home_shard};
+use crate::grant::Grant;
+use crate::ids::UserId;
+use crate::metrics::Metrics;
+
+mod figures;
+pub mod ports;
+mod report;
+#[cfg(test)]
+mod tests;
+
+pub use figures::{balance, restorable, split};
+use ports::{DurableFacts, Redrive, StockRepair};
+pub use report::{find, CouponReport, ReconcileReport};
+
+/// How a run behaves.
+#[derive(Debug, Clone, Copy)]
+pub struct ReconcileSettings {
+    /// Outbox entries and borrows younger than this are left alone: the
+    /// grab that made them may still be sending.
+    pub grace_ms: i64,
+    /// Coupons whose window closed longer ago than this are not visited.
+    pub retention_ms: i64,
+}
+
+impl Default for ReconcileSettings {
+    fn default() -> Self {
+        Self {
+            grace_ms: 30_000,
+            retention_ms: 7 * 86_400_000,
+        }
+    }
+}
+
+/// The reconciler's dependencies, built once per Lambda instance (and by
+/// the admin API, which reconciles one coupon on demand).
+pub struct ReconcilePorts {
+    /// What DynamoDB knows: definitions, issued, rejected, holdings.
+    pub facts: Arc<dyn DurableFacts>,
+    /// The Redis state it reads and repairs.
+    pub repair: Arc<dyn StockRepair>,
+    /// The grab's stock operations, to finish borrows whose caller died.
+    pub ledger: Arc<dyn StockLedger>,
+    /// The queue grants are re-driven to, and the DLQ's depth.
+    pub redrive: Arc<dyn Redrive>,
+    /// The durable blacklist the flags are restored from.
+    pub blacklist: Arc<dyn BlacklistRecord>,
+    /// The blacklist flags grabs read.
+    pub flags: Arc<dyn BlacklistFlags>,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// Figures.
+    pub metrics: Arc<dyn Metrics>,
+}
+
+/// The reconciliation use case.
+pub struct Reconciler {
+    ports: ReconcilePorts,
+    settings: ReconcileSettings,
+}
+
+impl Reconciler {
+    /// Wires the reconciler.
+    pub fn new(ports: ReconcilePorts, settings: ReconcileSettings) -> Self {
+        Self { ports, settings }
+    }
+
+    /// One pass over every coupon that is live or recently ended.
+    #[instrument(skip_all)]
+    pub async fn run(&self) -> Result<ReconcileReport, StoreError> {
+        let now = self.ports.clock.now_ms();
+        let mut report = ReconcileReport {
+            started_at_ms: now,
+            ..ReconcileReport::default()
+        };
+        for def in self.ports.facts.definitions().await? {
+            if now > def.grab_end_ms.saturating_add(self.settings.retention_ms) {
+                continue;
+            }
+            match self.coupon(&def, now).await {
+                Ok(figures) => {
+                    self.publish(&figures);
+                    report.coupons.push(figures);
+                }
+                Err(e) => {
+                    warn!(coupon = %def.coupon_id, error = %e, source = ?std::error::Error::source(&e), "coupon not reconciled");
+                    report.errors.push(format!("{}: {e}", def.coupon_id));
+                }
+            }
+        }
+        match self.restore_blacklist().await {
+            Ok(n) => report.blacklist_restored = n,
+            Err(e) => report.errors.push(format!("blacklist: {e}")),
+        }
+        match self.ports.redrive.dlq_depth().await {
+            Ok(depth) => report.dlq_depth = depth,
+            Err(e) => report.errors.push(format!("dead-letter queue: {e}")),
+        }
+        if let Some(depth) = report.dlq_depth {
+            self.ports.metrics.count("DlqDepth", None, depth);
+        }
+        // One figure over all coupons, for the drift alarm.
+        let drift: u64 = report.coupons.iter().map(|c| c.drift.unsigned_abs()).sum();
+        self.ports.metrics.count("ReconcileDriftTotal", None, drift);
+        info!(coupons = report.coupons.len(), clean = report.is_clean(), "reconciled");
+        Ok(report)
+    }
+
+    /// Sets the blacklist flags Redis lost (after a flush or a failover
+    /// without a replica). A flag set here for a user whom an operator took
+    /// off the list meanwhile is removed again: the durable list is read
+    /// once more after each flag this pass had to set, so a removal is never
+    /// undone (the operator's own Redis step runs after the durable delete).
+    async fn restore_blacklist(&self) -> Result<u64, StoreError> {
+        let mut restored = 0;
+        for user in self.ports.blacklist.users().await? {
+            if self.ports.flags.restore_flag(&user).await? {
+                if self.ports.blacklist.contains(&user).await? {
+                    restored += 1;
+                } else {
+                    self.ports.flags.set_flag(&user, false).await?;
+                }
+            }
+        }
+        if restored > 0 {
+            warn!(restored, "blacklist flags restored from the durable list");
+        }
+        Ok(restored)
+    }
+
+    fn publish(&self, r: &CouponReport) {
+        let dim = Some(("Coupon", r.coupon_id.as_str()));
+        self.ports.metrics.count("ReconcileDrift", dim, r.drift.unsigned_abs());
+        self.ports.metrics.count("GrantsPending", dim, r.pending);
+        self.ports.metrics.count("GrantsRedriven", dim, r.redriven);
+        self.ports.metrics.count("GrantsRejected", dim, r.rejected);
+        self.ports
+            .metrics
+            .count("ShardsRebuilt", dim, u64::from(r.shards_rebuilt));
+    }
+
+    /// One pass over one coupon.
+    #[instrument(skip_all, fields(coupon = %def.coupon_id))]
+    pub async fn coupon(&self, def: &CouponDefinition, now: i64) -> Result<CouponReport, StoreError> {
+        let coupon = &def.coupon_id;
+        let mut r = CouponReport {
+            coupon_id: coupon.to_string(),
+            total: def.total_stock,
+            ..CouponReport::default()
+        };
+        let mut present = Vec::new();
+        let mut missing = Vec::new();
+        for shard in 0..def.shards {
+            match self.ports.repair.shard_stock(coupon, shard).await? {
+                Some(_) => present.push(shard),
+                None => missing.push(shard),
+            }
+        }
+        r.issued = self.ports.facts.issued(coupon).await?;
+        let rejections = self.ports.facts.rejections(coupon).await?;
+        r.rejected = rejections.len() as u64;
+        let rejected_ids: HashSet<&str> = rejections.iter().map(|g| g.grant_id.as_str()).collect();
+
+        let mut to_redrive: Vec<Grant> = Vec::new();
+        for &shard in &present {
+            // Borrows first: a finished borrow may add an outbox entry.
+            for (request, user) in self
+                .ports
+                .repair
+                .stale_borrows(coupon, shard, now - self.settings.grace_ms)
+                .await?
+            {
+                if let Some(grant) = self.finish_stale_borrow(def, shard, &user, &request, now).await? {
+                    to_redrive.push(grant);
+                }
+                r.borrows_finished += 1;
+            }
+        }
+        let fresh: HashSet<String> = to_redrive.iter().map(|g| g.grant_id.clone()).collect();
+        for &shard in &present {
+            let entries = self.ports.repair.outbox(coupon, shard).await?;
+            let grants: Vec<Grant> = entries.iter().map(|e| e.grant.clone()).collect();
+            let issued = self.ports.facts.issued_grants(&grants).await?;
+            let mut confirmed = Vec::new();
+            for entry in &entries {
+                let id = entry.grant.grant_id.as_str();
+                if issued.contains(id) || rejected_ids.contains(id) {
+                    confirmed.push(entry.seq);
+                } else {
+                    r.pending += 1;
+                    let stale = entry.grant.granted_at_ms <= now - self.settings.grace_ms;
+                    if stale && !fresh.contains(id) {
+                        to_redrive.push(entry.grant.clone());
+                    }
+                }
+            }
+            self.ports.repair.trim(coupon, shard, &confirmed).await?;
+            r.trimmed += confirmed.len() as u64;
+        }
+        if !to_redrive.is_empty() {
+            match self.ports.redrive.redrive(&to_redrive).await {
+                Ok(n) => r.redriven = n as u64,
+                Err(e) => r.causes.push(format!("re-drive failed, retried next run: {e}")),
+            }
+        }
+
+        if !missing.is_empty() && now < def.grab_end_ms {
+            self.rebuild(def, &present, &missing, &mut r, now).await?;
+        } else if !missing.is_empty() {
+            r.causes.push(format!(
+                "{} shard(s) have no Redis state; the window is over, so they are not rebuilt",
+                missing.len()
+            ));
+        }
+
+        for shard in 0..def.shards {
+            r.remaining += self.ports.repair.shard_stock(coupon, shard).await?.unwrap_or(0);
+        }
+        if r.rejected > 0 && self.ports.facts.was_rebuilt(coupon).await? {
+            r.overgranted = r.rejected;
+        }
+        figures::balance(&mut r);
+        Ok(r)
+    }
+
+    async fn finish_stale_borrow(
+        &self,
+        def: &CouponDefinition,
+        shard: u32,
+        user: &UserId,
+        request: &crate::ids::RequestId,
+        now: i64,
+    ) -> Result<Option<Grant>, StoreError> {
+        let claim = Claim {
+            coupon: &def.coupon_id,
+            home_shard: shard,
+            user,
+            level: 0,
+            request,
+            now_ms: now,
+        };
+        if home_shard(user, def.shards) != shard {
+            warn!(%user, shard, "borrow listed on a shard that is not the user's home; dropped");
+            self.ports.ledger.settle(&claim, None).await?;
+            return Ok(None);
+        }
+        let Some(Recorded::Borrowing { ordinal }) = self.ports.ledger.recorded(&claim).await? else {
+            // Settled meanwhile, or its record expired: settle only clears
+            // the listing then.
+            self.ports.ledger.settle(&claim, None).await?;
+            return Ok(None);
+        };
+        let outcome = finish_borrow(
+            self.ports.ledger.as_ref(),
+            self.ports.metrics.as_ref(),
+            &claim,
+            def.shards,
+            ordinal,
+        )
+        .await?;
+        Ok(outcome
+            .ok()
+            .map(|rec| rec.into_grant(def.coupon_id.clone(), user.clone(), request.clone())))
+    }
+
+    async fn rebuild(
+        &self,
+        def: &CouponDefinition,
+        present: &[u32],
+        missing: &[u32],
+        r: &mut CouponReport,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let coupon = &def.coupon_id;
+        let mut held = 0i64;
+        for &shard in present {
+            held += self.ports.repair.shard_stock(coupon, shard).await?.unwrap_or(0);
+        }
+        let restorable = figures::restorable(def.total_stock, held, r);
+        let holdings = self.ports.facts.holdings(coupon).await?;
+        let mut restored = 0;
+        for (&shard, share) in missing.iter().zip(figures::split(restorable, missing.len())) {
+            let holders: Vec<(UserId, u32)> = holdings
+                .iter()
+                .filter(|(user, _)| home_shard(user, def.shards) == shard)
+                .map(|(u, c)| (u.clone(), *c))
+                .collect();
+            // New grant ids start at the current time in ms: far above any
+            // sequence the lost shard minted, and small enough (13 digits)
+            // that Lua's `%.14g` number formatting keeps it exact.
+            let seq_base = now.max(0) as u64;
+            if self
+                .ports
+                .repair
+                .restore_shard(def, shard, share, seq_base, &holders, now)
+                .await?
+            {
+                r.shards_rebuilt += 1;
+                restored += share;
+            }
+        }
+        if r.shards_rebuilt > 0 {
+            for shard in 0..def.shards {
+                self.ports.repair.bump_epoch(coupon, shard).await?;
+            }
+            self.ports.facts.record_rebuild(coupon, now, restored).await?;
+            r.restored = restored;
+            r.causes.push(format!(
+                "Redis lost {} shard(s); rebuilt from DynamoDB with {restored} unit(s) and {} holder(s)",
+                r.shards_rebuilt,
+                holdings.len()
+            ));
+        }
+        Ok(())
+    }
+}

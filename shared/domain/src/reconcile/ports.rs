@@ -1,0 +1,91 @@
+//! The reconciler's ports: durable facts (DynamoDB), the Redis state it
+//! repairs, and the queue it re-drives to.
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+
+use crate::coupon::CouponDefinition;
+use crate::error::{PublishError, StoreError};
+use crate::grant::Grant;
+use crate::ids::{CouponId, RequestId, UserId};
+use crate::issuance::{Holdings, RejectReason};
+
+/// One outbox entry: a grant and its stream sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEntry {
+    /// The stream id is `<seq>-0`.
+    pub seq: u64,
+    /// The grant it carries.
+    pub grant: Grant,
+}
+
+/// A rejection recorded in the durable store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedGrant {
+    /// Which grant.
+    pub grant_id: String,
+    /// Why.
+    pub reason: RejectReason,
+}
+
+/// What the reconciler reads from and records in the durable store.
+#[async_trait]
+pub trait DurableFacts: Send + Sync {
+    /// Every coupon definition.
+    async fn definitions(&self) -> Result<Vec<CouponDefinition>, StoreError>;
+    /// Units issued so far (the capped counters, summed).
+    async fn issued(&self, coupon: &CouponId) -> Result<u64, StoreError>;
+    /// Every rejected grant of the coupon.
+    async fn rejections(&self, coupon: &CouponId) -> Result<Vec<RejectedGrant>, StoreError>;
+    /// Which of these grants the durable store has (issued under that grant
+    /// id). Rejections are known from [`Self::rejections`].
+    async fn issued_grants(&self, grants: &[Grant]) -> Result<HashSet<String>, StoreError>;
+    /// How many of the coupon each user holds.
+    async fn holdings(&self, coupon: &CouponId) -> Result<Holdings, StoreError>;
+    /// Records that the coupon's Redis state was rebuilt (data loss).
+    async fn record_rebuild(&self, coupon: &CouponId, now_ms: i64, restored: u64) -> Result<(), StoreError>;
+    /// True if the coupon's Redis state was ever rebuilt.
+    async fn was_rebuilt(&self, coupon: &CouponId) -> Result<bool, StoreError>;
+}
+
+/// What the reconciler reads from and repairs in Redis.
+#[async_trait]
+pub trait StockRepair: Send + Sync {
+    /// A shard's remaining stock, or `None` if its state is gone.
+    async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<i64>, StoreError>;
+    /// Every entry of a shard's outbox, oldest first.
+    async fn outbox(&self, coupon: &CouponId, shard: u32) -> Result<Vec<OutboxEntry>, StoreError>;
+    /// Deletes confirmed entries.
+    async fn trim(&self, coupon: &CouponId, shard: u32, seqs: &[u64]) -> Result<(), StoreError>;
+    /// Rebuilds a lost shard: per-user counts first, then its definition and
+    /// `stock`, which reopens it. Never touches a shard that has state.
+    /// `Ok(false)` if the shard had state (another run rebuilt it).
+    async fn restore_shard(
+        &self,
+        def: &CouponDefinition,
+        shard: u32,
+        stock: u64,
+        seq_base: u64,
+        holders: &[(UserId, u32)],
+        now_ms: i64,
+    ) -> Result<bool, StoreError>;
+    /// Invalidates every shard's "sold out" stamp after stock was added.
+    async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError>;
+    /// Borrows reserved before `before_ms` and never settled.
+    async fn stale_borrows(
+        &self,
+        coupon: &CouponId,
+        shard: u32,
+        before_ms: i64,
+    ) -> Result<Vec<(RequestId, UserId)>, StoreError>;
+}
+
+/// The queue side of reconciliation.
+#[async_trait]
+pub trait Redrive: Send + Sync {
+    /// Sends grants to the issuer again; returns how many were queued.
+    async fn redrive(&self, grants: &[Grant]) -> Result<usize, PublishError>;
+    /// Messages waiting in the dead-letter queue, if known.
+    async fn dlq_depth(&self) -> Result<Option<u64>, PublishError>;
+}

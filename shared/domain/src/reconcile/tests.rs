@@ -1,0 +1,184 @@
+//! The reconciler against in-memory ports: what it re-drives, trims,
+//! rebuilds and restores, and what it leaves alone.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::coupon::CouponStatus;
+use crate::ids::{CouponId, RequestId};
+use crate::metrics::RecordingMetrics;
+use crate::testing::{FakeRedrive, MemoryFacts, MemoryShards, ScriptedLedger};
+
+const NOW: i64 = 1_000_000;
+const GRACE: i64 = 30_000;
+
+struct World {
+    facts: Arc<MemoryFacts>,
+    shards: Arc<MemoryShards>,
+    queue: Arc<FakeRedrive>,
+    reconciler: Reconciler,
+}
+
+fn world() -> World {
+    let facts = Arc::new(MemoryFacts::default());
+    let shards = Arc::new(MemoryShards::default());
+    let queue = Arc::new(FakeRedrive::default());
+    let reconciler = Reconciler::new(
+        ReconcilePorts {
+            facts: facts.clone(),
+            repair: shards.clone(),
+            ledger: Arc::new(ScriptedLedger::default()),
+            redrive: queue.clone(),
+            blacklist: facts.clone(),
+            flags: shards.clone(),
+            clock: Arc::new(ManualClock::new(NOW)),
+            metrics: Arc::new(RecordingMetrics::default()),
+        },
+        ReconcileSettings {
+            grace_ms: GRACE,
+            retention_ms: 86_400_000,
+        },
+    );
+    World {
+        facts,
+        shards,
+        queue,
+        reconciler,
+    }
+}
+
+fn coupon(total: u64, shards: u32) -> CouponDefinition {
+    CouponDefinition {
+        coupon_id: CouponId::parse("c1").unwrap(),
+        name: "20 off".into(),
+        amount: 2_000,
+        total_stock: total,
+        per_user_limit: 1,
+        min_member_level: 0,
+        grab_start_ms: 0,
+        grab_end_ms: NOW + 3_600_000,
+        valid_from_ms: 0,
+        valid_until_ms: NOW + 86_400_000,
+        shards,
+        rate_per_sec: 0,
+        burst: 0,
+        status: CouponStatus::Online,
+    }
+}
+
+fn grant(seq: u64, shard: u32, user: &str, at: i64) -> Grant {
+    Grant {
+        grant_id: format!("c1-{shard}-{seq}"),
+        coupon_id: CouponId::parse("c1").unwrap(),
+        user_id: UserId::parse(user).unwrap(),
+        ordinal: 1,
+        request_id: RequestId::parse(&format!("r-{user}")).unwrap(),
+        shard,
+        granted_at_ms: at,
+    }
+}
+
+#[tokio::test]
+async fn a_stale_pending_grant_is_redriven_and_a_confirmed_one_trimmed() {
+    let w = world();
+    let def = coupon(10, 1);
+    w.shards.put(&def.coupon_id, 0, 7);
+    let (done, stale, young) = (
+        grant(1, 0, "u1", NOW - 60_000),
+        grant(2, 0, "u2", NOW - 60_000),
+        grant(3, 0, "u3", NOW - 1_000),
+    );
+    for g in [&done, &stale, &young] {
+        w.shards.push(g);
+    }
+    w.facts.issue(&done);
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!(
+        *w.queue.sent.lock().unwrap(),
+        vec![stale],
+        "only the stale, unconfirmed grant"
+    );
+    assert_eq!((r.trimmed, r.pending, r.redriven), (1, 2, 1));
+    assert_eq!(w.shards.state(&def.coupon_id, 0).unwrap().outbox.len(), 2);
+    assert_eq!((r.remaining, r.issued, r.drift), (7, 1, 0));
+}
+
+#[tokio::test]
+async fn a_lost_shard_is_rebuilt_with_only_what_nothing_accounts_for() {
+    let w = world();
+    let def = coupon(10, 2);
+    // Shard 0 survives with 3 units; shard 1 is gone. 2 coupons issued, one
+    // grant still pending on shard 0.
+    w.shards.put(&def.coupon_id, 0, 3);
+    w.shards.push(&grant(1, 0, "u1", NOW - 1_000));
+    w.facts.issue(&grant(1, 1, "u9", NOW - 90_000));
+    w.facts.issue(&grant(2, 1, "u8", NOW - 90_000));
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    let rebuilt = w.shards.state(&def.coupon_id, 1).expect("rebuilt");
+    assert_eq!(rebuilt.stock, 10 - 3 - 2 - 1);
+    assert_eq!((r.shards_rebuilt, r.restored, r.drift), (1, 4, 0));
+    assert_eq!(
+        w.shards.state(&def.coupon_id, 0).unwrap().epochs,
+        1,
+        "every shard's sold-out stamp is void"
+    );
+    assert_eq!(*w.facts.rebuilds.lock().unwrap(), vec![(def.coupon_id.clone(), 4)]);
+    let holders: u32 = rebuilt.users.iter().map(|(_, n)| n).sum();
+    let homed_on_1 = ["u9", "u8"]
+        .iter()
+        .filter(|u| crate::grab::home_shard(&UserId::parse(u).unwrap(), 2) == 1)
+        .count() as u32;
+    assert_eq!(holders, homed_on_1, "holders are restored on their home shard only");
+}
+
+#[tokio::test]
+async fn a_shard_lost_after_the_window_is_reported_not_rebuilt() {
+    let w = world();
+    let mut def = coupon(5, 1);
+    def.grab_end_ms = NOW - 1;
+    w.facts.issue(&grant(1, 0, "u1", NOW - 90_000));
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert!(w.shards.state(&def.coupon_id, 0).is_none());
+    assert_eq!(r.shards_rebuilt, 0);
+    assert!(r.causes.iter().any(|c| c.contains("not rebuilt")));
+    assert_eq!(r.drift, 4, "units nobody holds any more are reported as drift");
+}
+
+#[tokio::test]
+async fn lost_blacklist_flags_come_back_but_never_one_an_operator_lifted() {
+    let w = world();
+    let (kept, lifted) = (UserId::parse("bad").unwrap(), UserId::parse("forgiven").unwrap());
+    w.facts.blacklist.lock().unwrap().extend([kept.clone(), lifted.clone()]);
+    w.facts.lift_after_restore.lock().unwrap().insert(lifted.clone());
+
+    let report = w.reconciler.run().await.unwrap();
+
+    assert_eq!(report.blacklist_restored, 1);
+    let flags = w.shards.flags.lock().unwrap();
+    assert!(flags.contains(&kept));
+    assert!(!flags.contains(&lifted), "the lifted user's flag was cleared again");
+}
+
+#[tokio::test]
+async fn a_run_visits_live_coupons_and_skips_those_past_retention() {
+    let w = world();
+    let live = coupon(1, 1);
+    let mut old = coupon(1, 1);
+    old.coupon_id = CouponId::parse("old").unwrap();
+    old.grab_end_ms = NOW - 2 * 86_400_000;
+    w.shards.put(&live.coupon_id, 0, 1);
+    w.facts.definitions.lock().unwrap().extend([live.clone(), old]);
+
+    let report = w.reconciler.run().await.unwrap();
+
+    assert_eq!(report.coupons.len(), 1);
+    assert!(find(&report, &live.coupon_id).is_some());
+    assert!(report.is_clean());
+}

@@ -1,0 +1,179 @@
+//! Fakes of the grab's ports: a ledger that answers with scripted replies
+//! and logs its calls, risk guards that allow or refuse, queues that keep,
+//! count or refuse grants, and metrics that go nowhere.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use crate::error::{PublishError, StoreError};
+use crate::grab::ports::{
+    Claim, ClaimReply, GrantPublisher, Recorded, RiskDecision, RiskGuard, RiskHold, StockLedger, TakeReply,
+};
+use crate::grant::{Grant, GrantRecord};
+use crate::ids::{ClientIp, CouponId, UserId};
+use crate::metrics::Metrics;
+use crate::outcome::RiskReason;
+
+/// A ledger that answers with fixed replies and records its calls.
+#[derive(Default)]
+pub struct ScriptedLedger {
+    /// The shard count it reports.
+    pub shards: u32,
+    /// The answer to every claim.
+    pub claim: Option<ClaimReply>,
+    /// The answer of each donor shard (Empty when absent).
+    pub takes: HashMap<u32, TakeReply>,
+    /// What a read of the request id finds.
+    pub recorded: Option<Recorded>,
+    /// Claims fail as if Redis timed out.
+    pub fail_claim: bool,
+    /// Every call made, in order.
+    pub calls: Mutex<Vec<String>>,
+}
+
+impl ScriptedLedger {
+    /// The calls made so far, in order.
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+    fn log(&self, call: String) {
+        self.calls.lock().unwrap().push(call);
+    }
+}
+
+#[async_trait]
+impl StockLedger for ScriptedLedger {
+    async fn shard_count(&self, _: &CouponId) -> Result<Option<u32>, StoreError> {
+        Ok(Some(self.shards))
+    }
+    async fn claim(&self, _: &Claim<'_>) -> Result<ClaimReply, StoreError> {
+        self.log("claim".into());
+        if self.fail_claim {
+            return Err(StoreError::Unavailable("timed out".into()));
+        }
+        Ok(self.claim.clone().expect("a scripted claim reply"))
+    }
+    async fn take(&self, _: &Claim<'_>, donor: u32, _: u32) -> Result<TakeReply, StoreError> {
+        self.log(format!("take:{donor}"));
+        Ok(self.takes.get(&donor).cloned().unwrap_or(TakeReply::Empty))
+    }
+    async fn settle(&self, _: &Claim<'_>, donor: Option<&GrantRecord>) -> Result<Option<Recorded>, StoreError> {
+        self.log("settle".into());
+        Ok(Some(
+            donor.map(|r| Recorded::Won(r.clone())).unwrap_or(Recorded::SoldOut),
+        ))
+    }
+    async fn recorded(&self, _: &Claim<'_>) -> Result<Option<Recorded>, StoreError> {
+        self.log("recorded".into());
+        Ok(self.recorded.clone())
+    }
+}
+
+/// Allows or refuses every reservation; counts reservations and releases.
+pub struct FakeRisk {
+    /// Refuse every reservation for this reason.
+    pub refuse: Option<RiskReason>,
+    /// Reservations made.
+    pub reserved: Mutex<u32>,
+    /// Holds given back.
+    pub released: Mutex<u32>,
+}
+
+impl FakeRisk {
+    /// Allows every reservation.
+    pub fn allowing() -> Self {
+        Self {
+            refuse: None,
+            reserved: Mutex::new(0),
+            released: Mutex::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl RiskGuard for FakeRisk {
+    async fn reserve(&self, user: &UserId, ip: Option<ClientIp>, _: i64) -> Result<RiskDecision, StoreError> {
+        if let Some(reason) = self.refuse {
+            return Ok(RiskDecision::Refused(reason));
+        }
+        *self.reserved.lock().unwrap() += 1;
+        Ok(RiskDecision::Allowed(RiskHold {
+            user: user.clone(),
+            ip,
+            day: 0,
+            user_reserved: true,
+            ip_reserved: false,
+        }))
+    }
+    async fn release(&self, _: &RiskHold) -> Result<(), StoreError> {
+        *self.released.lock().unwrap() += 1;
+        Ok(())
+    }
+}
+
+/// Accepts (and keeps) or refuses every grant.
+#[derive(Default)]
+pub struct FakeQueue {
+    /// Refuse every send.
+    pub fail: bool,
+    /// Every grant accepted, in order.
+    pub sent: Mutex<Vec<Grant>>,
+}
+
+#[async_trait]
+impl GrantPublisher for FakeQueue {
+    async fn publish(&self, grant: &Grant) -> Result<(), PublishError> {
+        if self.fail {
+            return Err(PublishError("connection refused".into()));
+        }
+        self.sent.lock().unwrap().push(grant.clone());
+        Ok(())
+    }
+}
+
+/// Allows every press without holding anything: isolates the grab script
+/// (the benchmark compares it with redis-benchmark running that one script).
+pub struct AllowAll;
+
+#[async_trait]
+impl RiskGuard for AllowAll {
+    async fn reserve(&self, user: &UserId, ip: Option<ClientIp>, _now_ms: i64) -> Result<RiskDecision, StoreError> {
+        Ok(RiskDecision::Allowed(RiskHold {
+            user: user.clone(),
+            ip,
+            day: 0,
+            user_reserved: false,
+            ip_reserved: false,
+        }))
+    }
+
+    async fn release(&self, _hold: &RiskHold) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+/// Takes grants without a network call and only counts them: cheap enough
+/// for a throughput benchmark (SQS is measured in its own scenario).
+#[derive(Default)]
+pub struct CountingQueue {
+    /// Grants published.
+    pub published: AtomicU64,
+}
+
+#[async_trait]
+impl GrantPublisher for CountingQueue {
+    async fn publish(&self, _grant: &Grant) -> Result<(), PublishError> {
+        self.published.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Metrics that go nowhere (EMF lines on stdout would measure the terminal).
+pub struct Silent;
+
+impl Metrics for Silent {
+    fn count(&self, _: &'static str, _: Option<(&'static str, &str)>, _: u64) {}
+}

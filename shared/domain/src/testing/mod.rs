@@ -1,0 +1,16 @@
+//! In-memory fakes of the ports, for tests and benchmarks that must run
+//! without Redis or AWS: the domain's unit tests, the functions' handler
+//! tests and the benchmark's counting wrappers.
+//!
+//! Behind the `test-support` feature (and always in this crate's own
+//! tests), so no production build links them. They model what each port
+//! promises, not how Redis or DynamoDB do it; the integration tests check
+//! the real adapters against the same promises.
+
+mod grab;
+mod reconcile;
+mod wallet;
+
+pub use grab::{AllowAll, CountingQueue, FakeQueue, FakeRisk, ScriptedLedger, Silent};
+pub use reconcile::{FakeRedrive, MemoryFacts, MemoryShards, ShardState};
+pub use wallet::{MemoryOutbox, MemoryWallet};

@@ -1,0 +1,247 @@
+//! Fakes of the reconciler's ports: durable facts and the blacklist record
+//! in memory, Redis shards (stock, outboxes, blacklist flags) in memory,
+//! and a queue that keeps what it is sent.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use crate::admin::AuditEntry;
+use crate::blacklist::{BlacklistFlags, BlacklistRecord};
+use crate::coupon::CouponDefinition;
+use crate::error::{PublishError, StoreError};
+use crate::grant::Grant;
+use crate::ids::{CouponId, RequestId, UserId};
+use crate::issuance::Holdings;
+use crate::reconcile::ports::{DurableFacts, OutboxEntry, Redrive, RejectedGrant, StockRepair};
+
+/// What DynamoDB would know, and the durable blacklist.
+#[derive(Default)]
+pub struct MemoryFacts {
+    /// Coupon definitions.
+    pub definitions: Mutex<Vec<CouponDefinition>>,
+    /// Issued units per coupon.
+    pub issued: Mutex<HashMap<CouponId, u64>>,
+    /// Issued grant ids.
+    pub issued_grants: Mutex<HashSet<String>>,
+    /// Rejections per coupon.
+    pub rejections: Mutex<HashMap<CouponId, Vec<RejectedGrant>>>,
+    /// Holdings per coupon.
+    pub holdings: Mutex<HashMap<CouponId, Holdings>>,
+    /// Rebuilds recorded: (coupon, restored units).
+    pub rebuilds: Mutex<Vec<(CouponId, u64)>>,
+    /// The durable blacklist.
+    pub blacklist: Mutex<HashSet<UserId>>,
+    /// Users taken off the list right after their flag is restored (an
+    /// operator's removal racing the reconciler).
+    pub lift_after_restore: Mutex<HashSet<UserId>>,
+}
+
+impl MemoryFacts {
+    /// Records `grant` as issued.
+    pub fn issue(&self, grant: &Grant) {
+        *self.issued.lock().unwrap().entry(grant.coupon_id.clone()).or_default() += 1;
+        self.issued_grants.lock().unwrap().insert(grant.grant_id.clone());
+        *self
+            .holdings
+            .lock()
+            .unwrap()
+            .entry(grant.coupon_id.clone())
+            .or_default()
+            .entry(grant.user_id.clone())
+            .or_default() += 1;
+    }
+}
+
+#[async_trait]
+impl DurableFacts for MemoryFacts {
+    async fn definitions(&self) -> Result<Vec<CouponDefinition>, StoreError> {
+        Ok(self.definitions.lock().unwrap().clone())
+    }
+    async fn issued(&self, coupon: &CouponId) -> Result<u64, StoreError> {
+        Ok(self.issued.lock().unwrap().get(coupon).copied().unwrap_or(0))
+    }
+    async fn rejections(&self, coupon: &CouponId) -> Result<Vec<RejectedGrant>, StoreError> {
+        Ok(self.rejections.lock().unwrap().get(coupon).cloned().unwrap_or_default())
+    }
+    async fn issued_grants(&self, grants: &[Grant]) -> Result<HashSet<String>, StoreError> {
+        let issued = self.issued_grants.lock().unwrap();
+        Ok(grants
+            .iter()
+            .filter(|g| issued.contains(&g.grant_id))
+            .map(|g| g.grant_id.clone())
+            .collect())
+    }
+    async fn holdings(&self, coupon: &CouponId) -> Result<Holdings, StoreError> {
+        Ok(self.holdings.lock().unwrap().get(coupon).cloned().unwrap_or_default())
+    }
+    async fn record_rebuild(&self, coupon: &CouponId, _: i64, restored: u64) -> Result<(), StoreError> {
+        self.rebuilds.lock().unwrap().push((coupon.clone(), restored));
+        Ok(())
+    }
+    async fn was_rebuilt(&self, coupon: &CouponId) -> Result<bool, StoreError> {
+        Ok(self.rebuilds.lock().unwrap().iter().any(|(c, _)| c == coupon))
+    }
+}
+
+#[async_trait]
+impl BlacklistRecord for MemoryFacts {
+    async fn set(&self, user: &UserId, on: bool, _: &AuditEntry) -> Result<(), StoreError> {
+        let mut list = self.blacklist.lock().unwrap();
+        if on {
+            list.insert(user.clone());
+        } else {
+            list.remove(user);
+        }
+        Ok(())
+    }
+    async fn contains(&self, user: &UserId) -> Result<bool, StoreError> {
+        if self.lift_after_restore.lock().unwrap().remove(user) {
+            self.blacklist.lock().unwrap().remove(user);
+        }
+        Ok(self.blacklist.lock().unwrap().contains(user))
+    }
+    async fn users(&self) -> Result<Vec<UserId>, StoreError> {
+        Ok(self.blacklist.lock().unwrap().iter().cloned().collect())
+    }
+}
+
+/// One shard's state.
+#[derive(Debug, Clone, Default)]
+pub struct ShardState {
+    /// Remaining stock.
+    pub stock: i64,
+    /// Outbox entries, oldest first.
+    pub outbox: Vec<OutboxEntry>,
+    /// Times its sold-out epoch was bumped.
+    pub epochs: u32,
+    /// Per-user claim counts (set by a restore).
+    pub users: Vec<(UserId, u32)>,
+}
+
+/// Redis shards and blacklist flags in memory. A shard absent from the map
+/// has lost its state.
+#[derive(Default)]
+pub struct MemoryShards {
+    /// Shards by (coupon, index).
+    pub shards: Mutex<HashMap<(CouponId, u32), ShardState>>,
+    /// Users whose blacklist flag is set.
+    pub flags: Mutex<HashSet<UserId>>,
+}
+
+impl MemoryShards {
+    /// Creates a shard with `stock` units and an empty outbox.
+    pub fn put(&self, coupon: &CouponId, shard: u32, stock: i64) {
+        self.shards.lock().unwrap().insert(
+            (coupon.clone(), shard),
+            ShardState {
+                stock,
+                ..ShardState::default()
+            },
+        );
+    }
+
+    /// Appends a grant to its shard's outbox (the shard must exist).
+    pub fn push(&self, grant: &Grant) {
+        let mut shards = self.shards.lock().unwrap();
+        let state = shards
+            .get_mut(&(grant.coupon_id.clone(), grant.shard))
+            .expect("the grant's shard exists");
+        let seq = state.outbox.last().map(|e| e.seq + 1).unwrap_or(1);
+        state.outbox.push(OutboxEntry {
+            seq,
+            grant: grant.clone(),
+        });
+    }
+
+    /// A copy of a shard's state, if it has any.
+    pub fn state(&self, coupon: &CouponId, shard: u32) -> Option<ShardState> {
+        self.shards.lock().unwrap().get(&(coupon.clone(), shard)).cloned()
+    }
+}
+
+#[async_trait]
+impl StockRepair for MemoryShards {
+    async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<i64>, StoreError> {
+        Ok(self.state(coupon, shard).map(|s| s.stock))
+    }
+    async fn outbox(&self, coupon: &CouponId, shard: u32) -> Result<Vec<OutboxEntry>, StoreError> {
+        Ok(self.state(coupon, shard).map(|s| s.outbox).unwrap_or_default())
+    }
+    async fn trim(&self, coupon: &CouponId, shard: u32, seqs: &[u64]) -> Result<(), StoreError> {
+        if let Some(s) = self.shards.lock().unwrap().get_mut(&(coupon.clone(), shard)) {
+            s.outbox.retain(|e| !seqs.contains(&e.seq));
+        }
+        Ok(())
+    }
+    async fn restore_shard(
+        &self,
+        def: &CouponDefinition,
+        shard: u32,
+        stock: u64,
+        _seq_base: u64,
+        holders: &[(UserId, u32)],
+        _now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let mut shards = self.shards.lock().unwrap();
+        let key = (def.coupon_id.clone(), shard);
+        if shards.contains_key(&key) {
+            return Ok(false);
+        }
+        shards.insert(
+            key,
+            ShardState {
+                stock: stock as i64,
+                users: holders.to_vec(),
+                ..ShardState::default()
+            },
+        );
+        Ok(true)
+    }
+    async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {
+        if let Some(s) = self.shards.lock().unwrap().get_mut(&(coupon.clone(), shard)) {
+            s.epochs += 1;
+        }
+        Ok(())
+    }
+    async fn stale_borrows(&self, _: &CouponId, _: u32, _: i64) -> Result<Vec<(RequestId, UserId)>, StoreError> {
+        Ok(Vec::new())
+    }
+}
+
+#[async_trait]
+impl BlacklistFlags for MemoryShards {
+    async fn set_flag(&self, user: &UserId, on: bool) -> Result<(), StoreError> {
+        let mut flags = self.flags.lock().unwrap();
+        if on {
+            flags.insert(user.clone());
+        } else {
+            flags.remove(user);
+        }
+        Ok(())
+    }
+    async fn restore_flag(&self, user: &UserId) -> Result<bool, StoreError> {
+        Ok(self.flags.lock().unwrap().insert(user.clone()))
+    }
+}
+
+/// A queue that keeps what is re-driven to it.
+#[derive(Default)]
+pub struct FakeRedrive {
+    /// Every grant sent, in order.
+    pub sent: Mutex<Vec<Grant>>,
+    /// The dead-letter queue's depth to report.
+    pub dlq_depth: Option<u64>,
+}
+
+#[async_trait]
+impl Redrive for FakeRedrive {
+    async fn redrive(&self, grants: &[Grant]) -> Result<usize, PublishError> {
+        self.sent.lock().unwrap().extend_from_slice(grants);
+        Ok(grants.len())
+    }
+    async fn dlq_depth(&self) -> Result<Option<u64>, PublishError> {
+        Ok(self.dlq_depth)
+    }
+}

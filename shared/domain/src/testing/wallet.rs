@@ -1,0 +1,76 @@
+//! Fakes of the wallet's ports.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use crate::error::StoreError;
+use crate::ids::UserId;
+use crate::issuance::{GrantRef, GrantStatus, UserCoupon};
+use crate::wallet::ports::{OutboxLookup, WalletStore};
+
+/// The durable side: coupons and grant statuses per user.
+#[derive(Default)]
+pub struct MemoryWallet {
+    /// Coupons per user, newest first.
+    pub coupons: Mutex<HashMap<UserId, Vec<UserCoupon>>>,
+    /// Known grant statuses per (user, grant id).
+    pub statuses: Mutex<HashMap<(UserId, String), GrantStatus>>,
+    /// A status that appears right after the first read that misses it
+    /// (the issuer confirming a grant while the wallet reads).
+    pub on_first_miss: Mutex<Option<(UserId, String, GrantStatus)>>,
+}
+
+impl MemoryWallet {
+    /// Records a grant's status for its owner.
+    pub fn set(&self, user: &UserId, grant_id: &str, status: GrantStatus) {
+        self.statuses
+            .lock()
+            .unwrap()
+            .insert((user.clone(), grant_id.to_owned()), status);
+    }
+}
+
+#[async_trait]
+impl WalletStore for MemoryWallet {
+    async fn coupons(&self, user: &UserId) -> Result<Vec<UserCoupon>, StoreError> {
+        Ok(self.coupons.lock().unwrap().get(user).cloned().unwrap_or_default())
+    }
+
+    async fn grant_status(&self, user: &UserId, grant: &GrantRef) -> Result<Option<GrantStatus>, StoreError> {
+        let key = (user.clone(), grant.grant_id.clone());
+        let found = self.statuses.lock().unwrap().get(&key).copied();
+        if found.is_none() {
+            if let Some((u, g, s)) = self.on_first_miss.lock().unwrap().take() {
+                self.set(&u, &g, s);
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// Grants still in an outbox, per (user, grant id).
+#[derive(Default)]
+pub struct MemoryOutbox {
+    /// What is pending.
+    pub pending: Mutex<HashSet<(UserId, String)>>,
+}
+
+impl MemoryOutbox {
+    /// Puts a grant of `user` in the outbox.
+    pub fn add(&self, user: &UserId, grant_id: &str) {
+        self.pending.lock().unwrap().insert((user.clone(), grant_id.to_owned()));
+    }
+}
+
+#[async_trait]
+impl OutboxLookup for MemoryOutbox {
+    async fn is_pending(&self, user: &UserId, grant: &GrantRef) -> Result<bool, StoreError> {
+        Ok(self
+            .pending
+            .lock()
+            .unwrap()
+            .contains(&(user.clone(), grant.grant_id.clone())))
+    }
+}

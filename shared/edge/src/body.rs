@@ -1,0 +1,192 @@
+//! The one JSON body reader of every HTTP function.
+//!
+//! In order: the media type (`application/json` or `*+json`, or none), the
+//! size limit, then the JSON itself, which must be an object: serde's
+//! positional form of a struct (`["press-1"]`) is refused, as the contract
+//! says object. Integers may be written as integral numbers (`460.0`,
+//! `4.6e2`), as JSON Schema counts them as integers; `460.5` stays an error.
+//! Unknown fields are refused by the body types themselves
+//! (`deny_unknown_fields`).
+
+use lambda_http::{Body, Request};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Number, Value};
+
+use crate::error::ErrorCode;
+use crate::identity::header_str;
+use crate::render::Reply;
+
+/// How a body that is JSON but the wrong shape is explained.
+#[derive(Debug, Clone, Copy)]
+pub enum Detail {
+    /// Always this text: for public routes, where serde's message could
+    /// echo the client's input back.
+    Fixed(&'static str),
+    /// serde's message (which names the field), cut to 200 bytes: for
+    /// operators, who need "unknown field `x`".
+    Serde,
+}
+
+/// Reads a JSON object body into `T`, or the reply that says what is wrong.
+pub fn json_body<T: DeserializeOwned>(req: &Request, max: usize, detail: Detail) -> Result<T, Box<Reply>> {
+    if let Some(ct) = header_str(req.headers(), "content-type") {
+        let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        if mime != "application/json" && !mime.ends_with("+json") {
+            return Err(Box::new(Reply::error(ErrorCode::UnsupportedMediaType)));
+        }
+    }
+    let bytes: &[u8] = match req.body() {
+        Body::Empty => &[],
+        Body::Text(s) => s.as_bytes(),
+        Body::Binary(b) => b,
+        _ => &[],
+    };
+    if bytes.len() > max {
+        return Err(Box::new(
+            Reply::error(ErrorCode::PayloadTooLarge).with_data(json!({"maxBytes": max})),
+        ));
+    }
+    parse_object(bytes, detail).map_err(Box::new)
+}
+
+/// The body's bytes into `T`: an object, with integral numbers as integers.
+pub fn parse_object<T: DeserializeOwned>(bytes: &[u8], detail: Detail) -> Result<T, Reply> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(Reply::invalid("the body must be a JSON object"));
+    }
+    let mut value: Value = serde_json::from_slice(bytes).map_err(|_| Reply::invalid("the body is not valid JSON"))?;
+    if !value.is_object() {
+        return Err(Reply::invalid("the body must be a JSON object"));
+    }
+    integral_to_integer(&mut value);
+    serde_json::from_value(value).map_err(|e| {
+        Reply::invalid(match detail {
+            Detail::Fixed(text) => text.to_owned(),
+            Detail::Serde => cut(e.to_string(), 200),
+        })
+    })
+}
+
+/// Rewrites every number with no fractional part (`460.0`) as an integer,
+/// so integer fields accept it; other numbers stay as they are.
+fn integral_to_integer(value: &mut Value) {
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            // Exactly representable integers only (|f| < 2^63), never a
+            // rounding of a larger or fractional value.
+            if f.fract() == 0.0 && f.abs() < 9.223_372_036_854_775e18 {
+                let i = f as i64;
+                *n = if i >= 0 {
+                    Number::from(i as u64)
+                } else {
+                    Number::from(i)
+                };
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_to_integer),
+        Value::Object(map) => map.values_mut().for_each(integral_to_integer),
+        _ => {}
+    }
+}
+
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut at = max;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
+        text.push('…');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct Stock {
+        add: u64,
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct Press {
+        request_id: String,
+    }
+
+    fn detail_of(reply: Reply) -> String {
+        let resp = reply.into_response(crate::Lang::En);
+        let Body::Text(text) = resp.body() else { panic!("text") };
+        let v: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(v["code"], "INVALID_REQUEST");
+        v["data"]["detail"].as_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn a_positional_array_is_refused_where_an_object_is_expected() {
+        for body in [r#"["press-1"]"#, "[1]", r#"["ONLINE"]"#, "17", r#""x""#, "null", "true"] {
+            let err = parse_object::<Press>(body.as_bytes(), Detail::Serde).unwrap_err();
+            assert_eq!(detail_of(err), "the body must be a JSON object", "{body}");
+        }
+        assert_eq!(
+            parse_object::<Press>(br#"{"requestId": "press-1"}"#, Detail::Serde).unwrap(),
+            Press {
+                request_id: "press-1".into()
+            }
+        );
+    }
+
+    #[test]
+    fn integral_numbers_are_integers_and_fractions_are_not() {
+        for body in [r#"{"add": 460}"#, r#"{"add": 460.0}"#, r#"{"add": 4.6e2}"#] {
+            assert_eq!(
+                parse_object::<Stock>(body.as_bytes(), Detail::Serde).unwrap(),
+                Stock { add: 460 }
+            );
+        }
+        for body in [r#"{"add": 460.5}"#, r#"{"add": -1.0}"#, r#"{"add": 1e300}"#] {
+            assert!(parse_object::<Stock>(body.as_bytes(), Detail::Serde).is_err(), "{body}");
+        }
+    }
+
+    #[test]
+    fn a_public_route_never_echoes_the_input() {
+        let err = parse_object::<Press>(br#"{"requestId": "a", "<script>": 1}"#, Detail::Fixed("fixed")).unwrap_err();
+        assert_eq!(detail_of(err), "fixed");
+        let err = parse_object::<Press>(b"{not json", Detail::Fixed("fixed")).unwrap_err();
+        assert_eq!(detail_of(err), "the body is not valid JSON");
+    }
+
+    #[test]
+    fn an_operator_is_told_which_field_is_wrong_in_bounded_text() {
+        let err = parse_object::<Stock>(br#"{"add": 1, "oops": 2}"#, Detail::Serde).unwrap_err();
+        assert!(detail_of(err).contains("unknown field `oops`"));
+        let long = format!(r#"{{"add": 1, "{}": 2}}"#, "x".repeat(500));
+        let err = parse_object::<Stock>(long.as_bytes(), Detail::Serde).unwrap_err();
+        assert!(detail_of(err).len() <= 204);
+    }
+
+    #[test]
+    fn an_empty_body_and_another_media_type_are_refused() {
+        assert_eq!(
+            detail_of(parse_object::<Stock>(b"  ", Detail::Serde).unwrap_err()),
+            "the body must be a JSON object"
+        );
+        let mut req = Request::new(Body::Text(r#"{"add": 1}"#.into()));
+        req.headers_mut().insert("content-type", "text/plain".parse().unwrap());
+        let err = json_body::<Stock>(&req, 4096, Detail::Serde).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::UnsupportedMediaType);
+        let req = Request::new(Body::Text(r#"{"add": 1}"#.into()));
+        assert_eq!(
+            json_body::<Stock>(&req, 4, Detail::Serde).unwrap_err().code(),
+            ErrorCode::PayloadTooLarge
+        );
+        assert_eq!(json_body::<Stock>(&req, 4096, Detail::Serde).unwrap(), Stock { add: 1 });
+    }
+}

@@ -1,0 +1,31 @@
+//! The HTTP edge shared by the HTTP functions (grab, wallet, admin): the
+//! one place where HTTP meets the domain.
+//!
+//! # Layout
+//!
+//! - [`error`]: the table of client-visible codes ([`ErrorCode`]: status,
+//!   English and Chinese messages) and [`Lang`] from `Accept-Language`.
+//! - [`identity`]: the caller from the verified JWT claims or, in the
+//!   explicit local mode only, from headers.
+//! - [`body`]: the one JSON body reader (media type, size, an object and
+//!   nothing else, integers written as `460.0` accepted).
+//! - [`path`]: percent-decoded path segments and matching by method.
+//! - [`render`]: the `{code, message, data}` envelope, and [`Reply::busy`]
+//!   for a store that did not answer.
+//! - [`settings`]: how identity and bodies are read, from the environment.
+
+#![warn(missing_docs)]
+
+pub mod body;
+pub mod error;
+pub mod identity;
+pub mod path;
+pub mod render;
+pub mod settings;
+
+pub use body::{json_body, Detail};
+pub use error::{ErrorCode, Lang};
+pub use identity::{header_str, identity, Caller};
+pub use path::{by_method, Matched, Segments};
+pub use render::Reply;
+pub use settings::HttpSettings as EdgeSettings;

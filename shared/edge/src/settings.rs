@@ -1,0 +1,33 @@
+//! The HTTP edge's settings: where identity comes from and how large a body
+//! may be. Read at cold start as part of each HTTP function's `Config`.
+
+use coupon_domain::config::{ConfigError, Env};
+
+/// How the HTTP functions read identity and bodies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpSettings {
+    /// `TRUST_IDENTITY_HEADERS`: local development only. Takes the user from
+    /// `X-User-Id`/`X-User-Level` when no JWT claims are present. Off by
+    /// default and off in the SAM template.
+    pub trust_identity_headers: bool,
+    /// `USER_ID_CLAIM` (`sub`).
+    pub user_id_claim: String,
+    /// `MEMBER_LEVEL_CLAIM` (`member_level`).
+    pub member_level_claim: String,
+    /// `MAX_BODY_BYTES` (4096): larger bodies get 413.
+    pub max_body_bytes: usize,
+}
+
+impl HttpSettings {
+    /// Reads the four variables above.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            trust_identity_headers: env.flag("TRUST_IDENTITY_HEADERS", false)?,
+            user_id_claim: env.optional("USER_ID_CLAIM").unwrap_or_else(|| "sub".into()),
+            member_level_claim: env
+                .optional("MEMBER_LEVEL_CLAIM")
+                .unwrap_or_else(|| "member_level".into()),
+            max_body_bytes: env.number("MAX_BODY_BYTES", 4_096, 64..=1_048_576)?,
+        })
+    }
+}

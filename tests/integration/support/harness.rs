@@ -1,0 +1,278 @@
+//! The grab function wired to the real services with a hand-moved clock,
+//! and what tests inspect in Redis.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use coupon_adapters::config::RedisSettings;
+use coupon_adapters::dynamodb::{DynamoCouponRepository, DynamoFacts, DynamoIssueLedger, Tables};
+use coupon_adapters::redis::{Redis, RedisBlacklistFlags, RedisLedger, RedisPreheater};
+use coupon_domain::catalog::{create_coupon, CreateError, Created};
+use coupon_domain::clock::ManualClock;
+use coupon_domain::config::RiskLimits;
+use coupon_domain::coupon::{CouponDefinition, CouponStatus};
+use coupon_domain::ids::CouponId;
+use coupon_domain::metrics::RecordingMetrics;
+use grab::{Clients, Config, EdgeSettings, GrabApp};
+use redis::AsyncCommands;
+use serde_json::Value;
+
+use super::events::{send, Event, Resp};
+use super::stack::{unique, Stack, HOUR, T0};
+
+/// How a harness is set up.
+#[derive(Clone)]
+pub struct Options {
+    pub risk: RiskLimits,
+    pub sold_out_memory_ms: u64,
+    /// `None`: a fresh queue; `Some(url)`: that URL (e.g. one nobody serves).
+    pub queue_url: Option<String>,
+    pub trust_identity_headers: bool,
+    pub max_body_bytes: usize,
+    /// Run against the local 3-master Redis Cluster instead of one server.
+    pub cluster: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            risk: RiskLimits {
+                daily_claims_per_user: 5,
+                users_per_ip: 10,
+                day_offset_minutes: 0,
+            },
+            sold_out_memory_ms: 1_000,
+            queue_url: None,
+            trust_identity_headers: false,
+            max_body_bytes: 4_096,
+            cluster: false,
+        }
+    }
+}
+
+impl Options {
+    /// Every fixture request comes from one source IP: tests with many users
+    /// turn the per-IP rule off (it has its own tests).
+    pub fn without_ip_limit() -> Self {
+        let mut opts = Self::default();
+        opts.risk.users_per_ip = 0;
+        opts
+    }
+
+    /// The same, on the local Redis Cluster.
+    pub fn on_cluster(mut self) -> Self {
+        self.cluster = true;
+        self
+    }
+}
+
+/// A grab function wired to the real services, with a hand-moved clock.
+pub struct Harness {
+    pub app: Arc<GrabApp>,
+    pub config: Config,
+    pub redis: Redis,
+    pub tables: Tables,
+    pub clock: ManualClock,
+    pub metrics: Arc<RecordingMetrics>,
+    pub queue_url: String,
+    pub stack: Stack,
+    /// The coupons this harness created: its reconciler visits only these,
+    /// so parallel tests never reconcile each other's coupons.
+    pub own: Arc<Mutex<HashSet<CouponId>>>,
+}
+
+impl Harness {
+    pub async fn new() -> Self {
+        Self::with(Options::default()).await
+    }
+
+    pub async fn with(opts: Options) -> Self {
+        let stack = Stack::connect().await;
+        let queue_url = match opts.queue_url.clone() {
+            Some(url) => url,
+            None => stack.new_queue().await,
+        };
+        let redis_settings = RedisSettings {
+            url: if opts.cluster {
+                stack.redis_cluster_url.clone()
+            } else {
+                stack.redis_url.clone()
+            },
+            key_prefix: format!("{}:", unique("t")),
+            response_timeout_ms: 2_000,
+            connect_timeout_ms: 2_000,
+            cluster: opts.cluster,
+            auth_secret_arn: None,
+            idempotency_ttl_secs: 86_400,
+        };
+        let redis = Redis::connect(&redis_settings)
+            .await
+            .expect("redis-server must be running (make stack)");
+        let config = Config {
+            redis: redis_settings,
+            queue_url: queue_url.clone(),
+            sqs: coupon_adapters::config::AwsCallSettings {
+                max_attempts: 3,
+                operation_timeout_ms: 10_000,
+            },
+            risk: opts.risk,
+            http: EdgeSettings {
+                trust_identity_headers: opts.trust_identity_headers,
+                user_id_claim: "sub".into(),
+                member_level_claim: "member_level".into(),
+                max_body_bytes: opts.max_body_bytes,
+            },
+            sold_out_memory_ms: opts.sold_out_memory_ms,
+            metrics_namespace: "Test".into(),
+        };
+        let clock = ManualClock::new(T0);
+        let metrics = Arc::new(RecordingMetrics::default());
+        let app = Arc::new(grab::wire(
+            &config,
+            Clients {
+                redis: redis.clone(),
+                sqs: stack.sqs.clone(),
+                clock: Arc::new(clock.clone()),
+                metrics: metrics.clone(),
+            },
+        ));
+        let tables = Tables::new(stack.ddb.clone(), &stack.tables);
+        Self {
+            app,
+            config,
+            redis,
+            tables,
+            clock,
+            metrics,
+            queue_url,
+            stack,
+            own: Arc::default(),
+        }
+    }
+
+    /// A valid definition around [`T0`]; tweak before creating.
+    pub fn coupon(&self, stock: u64) -> CouponDefinition {
+        CouponDefinition {
+            coupon_id: CouponId::parse(&unique("cpn")).unwrap(),
+            name: "20 off orders over 199".into(),
+            amount: 2_000,
+            total_stock: stock,
+            per_user_limit: 1,
+            min_member_level: 0,
+            grab_start_ms: T0 - HOUR,
+            grab_end_ms: T0 + HOUR,
+            valid_from_ms: T0,
+            valid_until_ms: T0 + 7 * 24 * HOUR,
+            shards: 1,
+            rate_per_sec: 0,
+            burst: 0,
+            status: CouponStatus::Online,
+        }
+    }
+
+    pub async fn try_create(&self, def: &CouponDefinition) -> Result<Created, CreateError> {
+        let repo = DynamoCouponRepository::new(self.tables.clone());
+        self.own.lock().unwrap().insert(def.coupon_id.clone());
+        let preheater = RedisPreheater::new(self.redis.clone());
+        create_coupon(def, 10_000_000, &repo, &preheater, &self.clock).await
+    }
+
+    pub async fn create(&self, def: &CouponDefinition) -> CouponId {
+        self.try_create(def).await.expect("create coupon");
+        def.coupon_id.clone()
+    }
+
+    /// Sends an event through the real handler.
+    pub async fn send(&self, event: Value) -> Resp {
+        send(&self.app, event).await
+    }
+
+    /// A grab as `user` (JWT claims), from `ip`.
+    pub async fn grab(&self, coupon: &CouponId, user: &str, request_id: &str) -> Resp {
+        self.send(Event::grab(coupon.as_str(), user, request_id).build()).await
+    }
+
+    /// Remaining stock over all shards.
+    pub async fn stock(&self, def: &CouponDefinition) -> i64 {
+        let mut conn = self.redis.connection();
+        let mut total = 0;
+        for shard in 0..def.shards {
+            let s: i64 = conn
+                .hget(self.redis.keys().shard(&def.coupon_id, shard).meta(), "stock")
+                .await
+                .unwrap();
+            total += s;
+        }
+        total
+    }
+
+    /// Outbox entries over all shards.
+    pub async fn outbox_len(&self, def: &CouponDefinition) -> u64 {
+        let mut conn = self.redis.connection();
+        let mut total = 0;
+        for shard in 0..def.shards {
+            let n: u64 = conn
+                .xlen(self.redis.keys().shard(&def.coupon_id, shard).outbox())
+                .await
+                .unwrap();
+            total += n;
+        }
+        total
+    }
+
+    /// The grant ids in the outboxes.
+    pub async fn outbox_grant_ids(&self, def: &CouponDefinition) -> Vec<String> {
+        let mut conn = self.redis.connection();
+        let mut ids = Vec::new();
+        for shard in 0..def.shards {
+            let entries: redis::streams::StreamRangeReply = conn
+                .xrange_all(self.redis.keys().shard(&def.coupon_id, shard).outbox())
+                .await
+                .unwrap();
+            for e in entries.ids {
+                ids.push(e.get::<String>("grant_id").expect("grant_id field"));
+            }
+        }
+        ids
+    }
+
+    /// The durable facts the reconciler reads (issued, rejections, ...).
+    pub fn facts(&self) -> DynamoFacts {
+        DynamoFacts::new(self.tables.clone())
+    }
+
+    /// The issuer's DynamoDB ledger.
+    pub fn issue_ledger(&self) -> DynamoIssueLedger {
+        DynamoIssueLedger::new(self.tables.clone())
+    }
+
+    /// The grab's Redis stock ledger (one script call at a time).
+    pub fn stock_ledger(&self) -> RedisLedger {
+        RedisLedger::new(self.redis.clone())
+    }
+
+    /// The blacklist flags grabs check.
+    pub fn flags(&self) -> RedisBlacklistFlags {
+        RedisBlacklistFlags::new(self.redis.clone())
+    }
+
+    /// Deletes every Redis key of this harness: what a FLUSHALL does to it.
+    pub async fn flush_redis(&self) {
+        let mut conn = self.redis.connection();
+        let pattern = format!(
+            "{}*",
+            self.redis
+                .keys()
+                .shard(&CouponId::parse("x").unwrap(), 0)
+                .meta()
+                .split('{')
+                .next()
+                .unwrap()
+        );
+        let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut conn).await.unwrap();
+        // One key at a time: on a cluster the keys live in many slots.
+        for key in keys {
+            let _: () = redis::cmd("DEL").arg(key).query_async(&mut conn).await.unwrap();
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! Test harness: real redis-server and local AWS endpoint, every test
+//! isolated by its own Redis key prefix, SQS queue and coupon ids, so tests
+//! run in parallel. Requests go through the real handlers as API Gateway
+//! events built from `tests/fixtures/`; every function is built with its
+//! own `wire()`, as `main.rs` builds it.
+//!
+//! - [`stack`]: clients for the local services, unique names.
+//! - [`harness`]: the grab function and what a test inspects in Redis.
+//! - [`events`]: API Gateway and SQS events, decoded responses.
+//! - [`issue`]: the issuer and the SQS event source mapping's part.
+//! - [`reconcile`]: the reconciler, narrowed to the harness's coupons.
+//! - [`wallet`], [`admin`]: those functions on the harness's stores.
+
+mod admin;
+mod events;
+mod harness;
+mod issue;
+mod reconcile;
+mod stack;
+mod wallet;
+
+pub use events::{send, sqs_event, Event, Resp};
+pub use harness::{Harness, Options};
+pub use stack::{unique, Stack, HOUR, T0};

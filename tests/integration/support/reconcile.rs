@@ -1,0 +1,111 @@
+//! The reconciler as deployed, but visiting only this harness's coupons
+//! (parallel tests share one endpoint and must not reconcile each other's).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use coupon_adapters::dynamodb::DynamoFacts;
+use coupon_domain::coupon::CouponDefinition;
+use coupon_domain::error::StoreError;
+use coupon_domain::grant::Grant;
+use coupon_domain::ids::CouponId;
+use coupon_domain::issuance::Holdings;
+use coupon_domain::reconcile::ports::{DurableFacts, RejectedGrant};
+use coupon_domain::reconcile::{CouponReport, ReconcileSettings, Reconciler};
+
+use super::harness::Harness;
+use super::stack::HOUR;
+
+impl Harness {
+    /// The reconciler's configuration for this harness, re-driving to
+    /// `queue_url`.
+    pub fn reconciler_config(&self, queue_url: &str) -> reconciler::Config {
+        reconciler::Config {
+            redis: reconciler::RedisSource::Url(self.config.redis.clone()),
+            replication_group: None,
+            tables: self.stack.tables.clone(),
+            queue_url: queue_url.to_owned(),
+            dlq_url: None,
+            aws: self.config.sqs,
+            grace_ms: 30_000,
+            retention_hours: 7 * 24,
+            metrics_namespace: "Test".into(),
+        }
+    }
+
+    /// The reconciler function's clients on this harness's stores and clock.
+    pub fn reconciler_clients(&self) -> reconciler::Clients {
+        reconciler::Clients {
+            redis: self.redis.clone(),
+            dynamodb: self.stack.ddb.clone(),
+            sqs: self.stack.sqs.clone(),
+            elasticache: self.stack.elasticache.clone(),
+            clock: Arc::new(self.clock.clone()),
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    /// The reconciler as deployed, re-driving to `queue_url`.
+    pub fn reconciler_to(&self, queue_url: &str) -> Reconciler {
+        let config = self.reconciler_config(queue_url);
+        let clients = self.reconciler_clients();
+        let facts = Arc::new(OwnCoupons {
+            inner: DynamoFacts::new(reconciler::tables(&config, &clients)),
+            own: self.own.clone(),
+        });
+        let settings = ReconcileSettings {
+            retention_ms: 7 * 24 * HOUR,
+            ..reconciler::settings(&config)
+        };
+        Reconciler::new(reconciler::ports(&config, &clients, facts), settings)
+    }
+
+    /// One reconciliation pass over this harness's coupons; the report of
+    /// `def`'s coupon.
+    pub async fn reconcile(&self, def: &CouponDefinition) -> CouponReport {
+        let report = self.reconciler_to(&self.queue_url).run().await.expect("reconcile");
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        coupon_domain::reconcile::find(&report, &def.coupon_id)
+            .expect("the coupon was visited")
+            .clone()
+    }
+}
+
+/// The durable facts of the real ledger, limited to one harness's coupons.
+struct OwnCoupons {
+    inner: DynamoFacts,
+    own: Arc<Mutex<HashSet<CouponId>>>,
+}
+
+#[async_trait::async_trait]
+impl DurableFacts for OwnCoupons {
+    async fn definitions(&self) -> Result<Vec<CouponDefinition>, StoreError> {
+        let own = self.own.lock().unwrap().clone();
+        // Read through the real scan, then keep this test's coupons.
+        Ok(self
+            .inner
+            .definitions()
+            .await?
+            .into_iter()
+            .filter(|d| own.contains(&d.coupon_id))
+            .collect())
+    }
+    async fn issued(&self, c: &CouponId) -> Result<u64, StoreError> {
+        self.inner.issued(c).await
+    }
+    async fn rejections(&self, c: &CouponId) -> Result<Vec<RejectedGrant>, StoreError> {
+        self.inner.rejections(c).await
+    }
+    async fn issued_grants(&self, g: &[Grant]) -> Result<HashSet<String>, StoreError> {
+        self.inner.issued_grants(g).await
+    }
+    async fn holdings(&self, c: &CouponId) -> Result<Holdings, StoreError> {
+        self.inner.holdings(c).await
+    }
+    async fn record_rebuild(&self, c: &CouponId, now: i64, n: u64) -> Result<(), StoreError> {
+        self.inner.record_rebuild(c, now, n).await
+    }
+    async fn was_rebuilt(&self, c: &CouponId) -> Result<bool, StoreError> {
+        self.inner.was_rebuilt(c).await
+    }
+}

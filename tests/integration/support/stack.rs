@@ -1,0 +1,119 @@
+//! Clients for the local services, and names no other test uses.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aws_sdk_sqs::config::Credentials;
+use coupon_adapters::config::TableNames;
+use coupon_domain::grant::Grant;
+
+/// The instant tests start at: 2027-01-15T08:00:00Z.
+pub const T0: i64 = 1_800_000_000_000;
+/// One hour in ms.
+pub const HOUR: i64 = 3_600_000;
+
+/// A variable, or `default` when unset or empty.
+pub fn env_or(var: &str, default: &str) -> String {
+    std::env::var(var)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| default.to_owned())
+}
+
+/// A name no other test (in this run or an earlier one) uses.
+pub fn unique(label: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{label}-{:x}-{:x}-{}",
+        std::process::id(),
+        nanos % 0xffff_ffff_ffff,
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Clients for the local services.
+#[derive(Clone)]
+pub struct Stack {
+    pub sqs: aws_sdk_sqs::Client,
+    pub ddb: aws_sdk_dynamodb::Client,
+    pub elasticache: coupon_adapters::elasticache::Client,
+    pub redis_url: String,
+    pub redis_cluster_url: String,
+    pub tables: TableNames,
+}
+
+impl Stack {
+    pub async fn connect() -> Self {
+        let endpoint = env_or("AWS_ENDPOINT_URL", "http://127.0.0.1:4566");
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(endpoint)
+            .region(aws_config::Region::new(env_or("AWS_REGION", "us-east-1")))
+            .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+            .timeout_config(
+                aws_config::timeout::TimeoutConfig::builder()
+                    .operation_timeout(std::time::Duration::from_secs(10))
+                    .build(),
+            )
+            .load()
+            .await;
+        Self {
+            sqs: aws_sdk_sqs::Client::new(&sdk),
+            ddb: aws_sdk_dynamodb::Client::new(&sdk),
+            elasticache: coupon_adapters::elasticache::Client::new(&sdk),
+            redis_url: env_or("REDIS_URL", "redis://127.0.0.1:6379"),
+            redis_cluster_url: env_or("REDIS_CLUSTER_URL", "redis://127.0.0.1:7001"),
+            tables: TableNames {
+                coupons: env_or("COUPONS_TABLE", "coupons"),
+                user_coupons: env_or("USER_COUPONS_TABLE", "user-coupons"),
+            },
+        }
+    }
+
+    pub async fn new_queue(&self) -> String {
+        self.sqs
+            .create_queue()
+            .queue_name(unique("grants"))
+            .send()
+            .await
+            .expect("create queue")
+            .queue_url
+            .expect("queue url")
+    }
+
+    /// Every grant on `queue_url`, received and deleted.
+    pub async fn drain(&self, queue_url: &str) -> Vec<Grant> {
+        let mut grants = Vec::new();
+        let mut empty_polls = 0;
+        while empty_polls < 2 {
+            let out = self
+                .sqs
+                .receive_message()
+                .queue_url(queue_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(0)
+                .send()
+                .await
+                .expect("receive");
+            let messages = out.messages.unwrap_or_default();
+            if messages.is_empty() {
+                empty_polls += 1;
+                continue;
+            }
+            empty_polls = 0;
+            for m in messages {
+                grants.push(serde_json::from_str(m.body().unwrap_or("")).expect("grant json"));
+                self.sqs
+                    .delete_message()
+                    .queue_url(queue_url)
+                    .receipt_handle(m.receipt_handle().unwrap_or(""))
+                    .send()
+                    .await
+                    .expect("delete");
+            }
+        }
+        grants
+    }
+}
