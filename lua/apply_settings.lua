@@ -2,6 +2,12 @@
 -- share of the total stock, at a definition version. Idempotent and ordered:
 -- a shard that has applied this version (or a newer one) changes nothing, so
 -- a retry or a late, older change can never roll a shard back.
+--
+-- Phase 1 of two. It does not touch the shard's sold-out epoch: a borrow
+-- homed here could otherwise scan a shard not yet given its new stock and
+-- stamp this shard sold out at the new epoch, for good. The caller bumps
+-- every shard's epoch (bump_epoch.lua) once every shard has its stock, so
+-- any stamp made in between carries the old epoch and dies.
 -- KEYS: 1 meta
 -- ARGV: 1 version, 2 fingerprint, 3 status, 4 rate (per shard), 5 burst (per
 --       shard), 6 alloc (this shard's share of the total), 7 total stock
@@ -9,7 +15,7 @@
 --       | 'CURRENT' (this version or a newer one is here) | 'APPLIED'
 local meta = KEYS[1]
 if redis.call('EXISTS', meta) == 0 then return 'MISSING' end
-local m = redis.call('HMGET', meta, 'version', 'alloc', 'total', 'rate', 'burst')
+local m = redis.call('HMGET', meta, 'version', 'alloc', 'rate', 'burst')
 local version = tonumber(ARGV[1])
 if (tonumber(m[1]) or 0) >= version then return 'CURRENT' end
 local alloc = tonumber(ARGV[6])
@@ -20,14 +26,8 @@ end
 redis.call('HSET', meta, 'version', ARGV[1], 'fingerprint', ARGV[2], 'status', ARGV[3],
   'rate', ARGV[4], 'burst', ARGV[5], 'alloc', ARGV[6], 'total', ARGV[7])
 if add > 0 then redis.call('HINCRBY', meta, 'stock', add) end
--- Stock added anywhere in the coupon: no shard may answer SOLD_OUT from a
--- scan made before (every shard runs this script for the same version).
-if m[3] ~= ARGV[7] then
-  redis.call('HINCRBY', meta, 'epoch', 1)
-  redis.call('HDEL', meta, 'soldout')
-end
 -- A new rate starts with a full bucket of the new burst.
-if m[4] ~= ARGV[4] or m[5] ~= ARGV[5] then
+if m[3] ~= ARGV[4] or m[4] ~= ARGV[5] then
   redis.call('HDEL', meta, 'tokens', 'bucket_ms')
 end
 return 'APPLIED'

@@ -1,13 +1,17 @@
--- Gives back what a risk reservation took, when the grab did not succeed.
--- KEYS: 1 the counter or hash that was reserved
--- ARGV: 1 '' for the user's daily counter, else the user id in the IP hash
--- Never goes below zero, even if the key expired in between (day rollover).
+-- Gives back what one press's risk reservation took, when its grab did not
+-- win. Keyed by the press, so it is idempotent: a retried or repeated
+-- release gives back nothing more (it can never free another press's
+-- claim, so no user passes the daily limit through releases).
+-- The user's daily claims:  KEYS: 1 the user's holds  ARGV: 1 '', 2 the press's key
+-- The IP's distinct users:  KEYS: 1 the IP's users, 2 the IP's holds
+--                           ARGV: 1 user id, 2 the press's key
 if ARGV[1] == '' then
-  local n = tonumber(redis.call('GET', KEYS[1]) or '0')
-  if n > 0 then redis.call('DECR', KEYS[1]) end
+  redis.call('HDEL', KEYS[1], ARGV[2])
   return 1
 end
-if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
-  redis.call('HDEL', KEYS[1], ARGV[1])
+if redis.call('SREM', KEYS[2], ARGV[1] .. '|' .. ARGV[2]) == 1 then
+  if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
+    redis.call('HDEL', KEYS[1], ARGV[1])
+  end
 end
 return 1

@@ -16,6 +16,7 @@ mod identity;
 mod issuance;
 mod preheat;
 mod reconcile;
+mod refill;
 mod risk;
 mod rules;
 mod sale;

@@ -87,12 +87,14 @@ async fn grabs_that_lose_give_their_risk_reservations_back() {
     let users: std::collections::HashMap<String, i64> = conn.hgetall(h.redis.keys().ip_users(ip, day)).await.unwrap();
     assert_eq!(users.len(), 3, "places held: {users:?}");
     assert!(users.values().all(|&n| n == 1));
-    // And every loser's daily counter is back at zero.
+    let holds: i64 = conn.scard(h.redis.keys().ip_holds(ip, day)).await.unwrap();
+    assert_eq!(holds, 3, "one press per winner holds the IP place");
+    // And every loser's daily claims are back at zero.
     let mut zero_counters = 0;
     for i in 0..50 {
         let user = coupon_domain::ids::UserId::parse(&format!("p-{i}")).unwrap();
-        let n: Option<i64> = conn.get(h.redis.keys().user_claims(&user, day)).await.unwrap();
-        if n.unwrap_or(0) == 0 {
+        let n: i64 = conn.hlen(h.redis.keys().user_claims(&user, day)).await.unwrap();
+        if n == 0 {
             zero_counters += 1;
         }
     }
@@ -120,4 +122,62 @@ async fn a_replay_of_a_win_that_filled_the_daily_limit_still_returns_the_win() {
     let refused = h.grab(&other, "ivan", "r1").await;
     assert_eq!(refused.code(), "RISK_REJECTED");
     assert_eq!(refused.body["data"]["reason"], "DAILY_LIMIT");
+}
+
+/// A reservation or a release that runs twice (a client library retrying a
+/// script after a connection reset, a retried invocation) counts once. With
+/// counters, a repeated release gave back a claim the user still had won,
+/// and the user could pass the daily limit.
+#[tokio::test]
+async fn a_repeated_reservation_or_release_counts_once_and_the_daily_limit_holds() {
+    use coupon_domain::grab::ports::{Claim, RiskDecision, RiskGuard};
+    use coupon_domain::ids::{CouponId, RequestId, UserId};
+
+    let h = Harness::new().await; // 5 claims per user per day
+    let risk = coupon_adapters::redis::RedisRisk::new(h.redis.clone(), Options::default().risk);
+    let (user, coupon) = (UserId::parse("twice").unwrap(), CouponId::parse("c-risk").unwrap());
+    let ip = coupon_domain::ids::ClientIp::parse("203.0.113.99");
+    let reserve = |request: &'static str| {
+        let (risk, user, coupon) = (&risk, user.clone(), coupon.clone());
+        async move {
+            let request = RequestId::parse(request).unwrap();
+            let claim = Claim {
+                coupon: &coupon,
+                home_shard: 0,
+                user: &user,
+                level: 0,
+                request: &request,
+                now_ms: crate::support::T0,
+            };
+            risk.reserve(&claim, ip).await.unwrap()
+        }
+    };
+    // Four wins, each reserved twice (a retried script): four claims held.
+    for r in ["w1", "w2", "w3", "w4"] {
+        assert!(matches!(reserve(r).await, RiskDecision::Allowed(_)));
+        assert!(
+            matches!(reserve(r).await, RiskDecision::Allowed(_)),
+            "{r} again: its own reservation"
+        );
+    }
+    // A fifth press loses; its release runs three times.
+    let RiskDecision::Allowed(lost) = reserve("l5").await else {
+        panic!("the fifth claim fits the limit")
+    };
+    for _ in 0..3 {
+        risk.release(&lost).await.unwrap();
+    }
+    // One claim is free again, not three: one more press, then the limit.
+    assert!(matches!(reserve("w6").await, RiskDecision::Allowed(_)));
+    assert!(
+        matches!(reserve("w7").await, RiskDecision::Refused(_)),
+        "five claims held: the limit"
+    );
+    let day = RiskLimits::default().day(crate::support::T0);
+    let mut conn = h.redis.connection();
+    let held: i64 = conn.hlen(h.redis.keys().user_claims(&user, day)).await.unwrap();
+    assert_eq!(held, 5);
+    let seen: std::collections::HashMap<String, i64> =
+        conn.hgetall(h.redis.keys().ip_users(ip.unwrap(), day)).await.unwrap();
+    assert_eq!(seen.get("twice"), Some(&5), "one IP place per press held, never below");
 }

@@ -42,6 +42,7 @@ use coupon_domain::coupon::{CouponDefinition, CouponStatus};
 use coupon_domain::error::StoreError;
 use coupon_domain::ids::{CouponId, UserId};
 use coupon_domain::metrics::{EmfMetrics, Metrics};
+use coupon_domain::reconcile::ports::DurableFacts;
 use coupon_domain::reconcile::{ReconcileSettings, Reconciler};
 use coupon_edge::{header_str, json_body, Detail, ErrorCode, Lang, Reply};
 use lambda_http::{Body, Request, Response};
@@ -238,13 +239,10 @@ impl Clients {
     }
 }
 
-/// The admin use cases over `clients`, reading durable facts through
-/// `facts` (`couponctl` and tests share this with [`wire`]).
-pub fn service(
-    config: &Config,
-    clients: Clients,
-    facts: Arc<dyn coupon_domain::reconcile::ports::DurableFacts>,
-) -> AdminService {
+/// The admin use cases' ports over `clients`, reading durable facts
+/// through `facts`. [`wire`] builds the service from them; tests swap one
+/// port (to interleave a grab between two shards' applies, say).
+pub fn ports(config: &Config, clients: Clients, facts: Arc<dyn DurableFacts>) -> AdminPorts {
     let tables = Tables::new(clients.dynamodb, &config.tables);
     let redis = clients.redis;
     let reconciler = Reconciler::new(
@@ -261,7 +259,7 @@ pub fn service(
             ..ReconcileSettings::default()
         },
     );
-    AdminService::new(AdminPorts {
+    AdminPorts {
         store: Arc::new(DynamoAdminStore::new(tables.clone())),
         repo: Arc::new(DynamoCouponRepository::new(tables.clone())),
         preheater: Arc::new(RedisPreheater::new(redis.clone())),
@@ -273,15 +271,20 @@ pub fn service(
         reconciler,
         clock: clients.clock,
         max_total_stock: config.max_total_stock,
-    })
+    }
 }
 
 /// The admin function over `clients`: the one wiring `main.rs`, the
 /// integration tests and `couponctl` share.
 pub fn wire(config: &Config, clients: Clients) -> AdminApp {
     let facts = Arc::new(DynamoFacts::new(Tables::new(clients.dynamodb.clone(), &config.tables)));
+    wire_ports(config, ports(config, clients, facts))
+}
+
+/// The admin function over `ports`, with the edge rules of `config`.
+pub fn wire_ports(config: &Config, ports: AdminPorts) -> AdminApp {
     AdminApp {
-        service: service(config, clients, facts),
+        service: AdminService::new(ports),
         edge: AdminEdge {
             local_mode: config.local_mode,
             max_body_bytes: config.max_body_bytes,

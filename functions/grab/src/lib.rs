@@ -91,6 +91,7 @@ async fn grab(app: &GrabApp, req: &Request, raw_coupon: &str) -> Reply {
     match app.service.grab(&grab).await {
         Ok(outcome) => outcome_reply(&outcome),
         Err(GrabError::Unavailable(e)) => Reply::busy("grab undecided", &e),
+        Err(GrabError::NotQueued(e)) => Reply::busy("grant won but not queued; the retry sends it", &e),
     }
 }
 

@@ -140,7 +140,7 @@ async fn a_positional_array_body_is_400_and_touches_no_store() {
 }
 
 #[tokio::test]
-async fn a_replayed_win_answers_the_original_grant_without_sending_again() {
+async fn a_replayed_win_answers_the_original_grant_and_sends_it_again() {
     let ledger = ScriptedLedger {
         claim: Some(ClaimReply::Replay(Recorded::Won(GrantRecord {
             grant_id: "c1-0-9".into(),
@@ -157,5 +157,20 @@ async fn a_replayed_win_answers_the_original_grant_without_sending_again() {
         (body["data"]["grantId"].as_str(), body["data"]["replayed"].as_bool()),
         (Some("c1-0-9"), Some(true))
     );
-    assert!(queue.sent.lock().unwrap().is_empty());
+    assert_eq!(
+        queue.sent.lock().unwrap().len(),
+        1,
+        "sent again: the issuer absorbs repeats"
+    );
+}
+
+#[tokio::test]
+async fn a_win_the_queue_refused_is_503_busy_not_success() {
+    let queue = Arc::new(FakeQueue {
+        fail: true,
+        ..FakeQueue::default()
+    });
+    let resp = handle(&app(won(), queue), fixture("jwt")).await.unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
 }

@@ -6,7 +6,10 @@
 //! store does not know (the reconciler rebuilds Redis from DynamoDB, never
 //! the reverse). Both steps are idempotent: if the preheat fails, running the
 //! create again finishes it; running it with a different definition under the
-//! same id is a conflict and changes nothing.
+//! same id is a conflict and changes nothing. Once a preheat has completed
+//! (recorded in DynamoDB), a create never preheats that coupon again: its
+//! missing shards were lost with Redis, and only the rebuild knows how much
+//! of the stock is already granted.
 
 use async_trait::async_trait;
 
@@ -15,13 +18,28 @@ use crate::coupon::{CouponDefinition, DefinitionError};
 use crate::error::StoreError;
 use crate::ids::CouponId;
 
+/// What storing a definition found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// Written now; its Redis state is still to be preheated.
+    New,
+    /// The same definition was there already. `preheated`: its Redis state
+    /// was written once, so shards missing now were lost (the reconciler
+    /// rebuilds them from DynamoDB), never to be preheated again.
+    Same {
+        /// A preheat of this coupon completed once.
+        preheated: bool,
+    },
+}
+
 /// Durable coupon definitions (DynamoDB).
 #[async_trait]
 pub trait CouponRepository: Send + Sync {
-    /// Stores a definition once: `Ok(true)` if written, `Ok(false)` if the
-    /// same definition was there already, `StoreError::Conflict` if a
-    /// different one was.
-    async fn put_definition(&self, def: &CouponDefinition) -> Result<bool, StoreError>;
+    /// Stores a definition once; `StoreError::Conflict` if a different one
+    /// is there.
+    async fn put_definition(&self, def: &CouponDefinition) -> Result<Stored, StoreError>;
+    /// Records that the coupon's preheat completed. Idempotent.
+    async fn mark_preheated(&self, coupon: &CouponId) -> Result<(), StoreError>;
     /// Reads a definition back.
     async fn get_definition(&self, coupon: &CouponId) -> Result<Option<CouponDefinition>, StoreError>;
 }
@@ -75,10 +93,14 @@ pub async fn create_coupon(
 ) -> Result<Created, CreateError> {
     def.validate_new(max_total_stock, clock.now_ms())?;
     let stored = repo.put_definition(def).await.map_err(classify)?;
-    let preheated = preheater.preheat(def, clock.now_ms()).await.map_err(classify)?;
-    Ok(if stored || preheated {
-        Created::New
-    } else {
-        Created::Unchanged
-    })
+    if stored == (Stored::Same { preheated: true }) {
+        // Shards missing now were lost, not never written: preheating them
+        // again would restore the full stock under sequence numbers already
+        // handed out. The reconciler's rebuild restores what DynamoDB does
+        // not account for.
+        return Ok(Created::Unchanged);
+    }
+    preheater.preheat(def, clock.now_ms()).await.map_err(classify)?;
+    repo.mark_preheated(&def.coupon_id).await.map_err(classify)?;
+    Ok(Created::New)
 }

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use coupon_adapters::dynamodb::DynamoFacts;
+use coupon_domain::admin::AdminPorts;
 use coupon_domain::coupon::CouponDefinition;
 use lambda_http::Body;
 use serde_json::Value;
@@ -10,7 +12,14 @@ use super::events::{Event, Resp};
 use super::harness::Harness;
 
 impl Harness {
+    /// The admin function as `main.rs` wires it.
     pub fn admin(&self) -> admin::AdminApp {
+        self.admin_with(|_| {})
+    }
+
+    /// The admin function with one or more of its ports replaced by `edit`
+    /// (a wrapper that injects a fault or an interleaving).
+    pub fn admin_with(&self, edit: impl FnOnce(&mut AdminPorts)) -> admin::AdminApp {
         let config = admin::Config {
             redis: self.config.redis.clone(),
             tables: self.stack.tables.clone(),
@@ -23,16 +32,17 @@ impl Harness {
             grace_ms: 30_000,
             metrics_namespace: "Test".into(),
         };
-        admin::wire(
-            &config,
-            admin::Clients {
-                redis: self.redis.clone(),
-                dynamodb: self.stack.ddb.clone(),
-                sqs: self.stack.sqs.clone(),
-                clock: Arc::new(self.clock.clone()),
-                metrics: self.metrics.clone(),
-            },
-        )
+        let clients = admin::Clients {
+            redis: self.redis.clone(),
+            dynamodb: self.stack.ddb.clone(),
+            sqs: self.stack.sqs.clone(),
+            clock: Arc::new(self.clock.clone()),
+            metrics: self.metrics.clone(),
+        };
+        let facts = Arc::new(DynamoFacts::new(self.tables.clone()));
+        let mut ports = admin::ports(&config, clients, facts);
+        edit(&mut ports);
+        admin::wire_ports(&config, ports)
     }
 
     /// An admin call signed by an IAM operator (the fixture's principal).
@@ -52,16 +62,7 @@ impl Harness {
 
     /// Any event through the admin handler.
     pub async fn admin_send(&self, event: Value) -> Resp {
-        let req = lambda_http::request::from_str(&event.to_string()).expect("a valid API Gateway event");
-        let resp = admin::handle(&self.admin(), req).await.expect("infallible");
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let body = match resp.body() {
-            Body::Text(t) => serde_json::from_str(t).expect("JSON body"),
-            other => panic!("unexpected body {other:?}"),
-        };
-        assert!(status < 500 || status == 503, "no 5xx but BUSY: {status} {body}");
-        Resp { status, body, headers }
+        admin_send_to(&self.admin(), event).await
     }
 
     /// Creates `def` through the admin API and counts it as this harness's.
@@ -70,4 +71,18 @@ impl Harness {
         self.admin_call("POST", "/admin/coupons", Some(serde_json::to_value(def).unwrap()))
             .await
     }
+}
+
+/// Any event through an admin function built by [`Harness::admin_with`].
+pub async fn admin_send_to(app: &admin::AdminApp, event: Value) -> Resp {
+    let req = lambda_http::request::from_str(&event.to_string()).expect("a valid API Gateway event");
+    let resp = admin::handle(app, req).await.expect("infallible");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = match resp.body() {
+        Body::Text(t) => serde_json::from_str(t).expect("JSON body"),
+        other => panic!("unexpected body {other:?}"),
+    };
+    assert!(status < 500 || status == 503, "no 5xx but BUSY: {status} {body}");
+    Resp { status, body, headers }
 }

@@ -236,6 +236,28 @@ impl Harness {
         ids
     }
 
+    /// The same harness (Redis prefix, clock, metrics, coupons) with the grab
+    /// function sending winners to `queue_url`: SQS coming back.
+    pub fn with_queue(self, queue_url: String) -> Self {
+        let mut config = self.config.clone();
+        config.queue_url = queue_url.clone();
+        let app = Arc::new(grab::wire(
+            &config,
+            Clients {
+                redis: self.redis.clone(),
+                sqs: self.stack.sqs.clone(),
+                clock: Arc::new(self.clock.clone()),
+                metrics: self.metrics.clone(),
+            },
+        ));
+        Self {
+            app,
+            config,
+            queue_url,
+            ..self
+        }
+    }
+
     /// The durable facts the reconciler reads (issued, rejections, ...).
     pub fn facts(&self) -> DynamoFacts {
         DynamoFacts::new(self.tables.clone())

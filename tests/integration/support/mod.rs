@@ -19,6 +19,7 @@ mod reconcile;
 mod stack;
 mod wallet;
 
+pub use admin::admin_send_to;
 pub use events::{send, sqs_event, Event, Resp};
 pub use harness::{Harness, Options};
 pub use stack::{unique, Stack, HOUR, T0};

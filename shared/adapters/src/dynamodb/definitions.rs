@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use coupon_domain::catalog::CouponRepository;
+use aws_sdk_dynamodb::types::AttributeValue;
+use coupon_domain::catalog::{CouponRepository, Stored};
 use coupon_domain::coupon::CouponDefinition;
 use coupon_domain::error::StoreError;
 use coupon_domain::ids::CouponId;
@@ -28,7 +29,7 @@ impl DynamoCouponRepository {
 
 #[async_trait]
 impl CouponRepository for DynamoCouponRepository {
-    async fn put_definition(&self, def: &CouponDefinition) -> Result<bool, StoreError> {
+    async fn put_definition(&self, def: &CouponDefinition) -> Result<Stored, StoreError> {
         let json = serde_json::to_string(def).map_err(unavailable)?;
         let pk = coupon_pk(&def.coupon_id);
         let put = |item: Item| put_if_absent(&self.tables.coupons, item);
@@ -46,6 +47,7 @@ impl CouponRepository for DynamoCouponRepository {
                 ("status".to_owned(), s(def.status.as_str())),
                 ("grab_end_ms".to_owned(), n(def.grab_end_ms)),
                 ("version".to_owned(), n(0)),
+                ("preheated".to_owned(), AttributeValue::Bool(false)),
             ]))?);
         for k in 0..def.counter_items() {
             request = request.transact_items(put(HashMap::from([
@@ -56,21 +58,42 @@ impl CouponRepository for DynamoCouponRepository {
             ]))?);
         }
         match request.send().await {
-            Ok(_) => Ok(true),
+            Ok(_) => Ok(Stored::New),
             Err(SdkError::ServiceError(e))
                 if matches!(e.err(), TransactWriteItemsError::TransactionCanceledException(_)) =>
             {
-                match self.get_definition(&def.coupon_id).await? {
-                    Some(existing) if existing.fingerprint() == def.fingerprint() => Ok(false),
-                    Some(_) => Err(StoreError::Conflict(format!(
+                let Some(item) = self.tables.get(pk, "DEF").await? else {
+                    return Err(StoreError::Unavailable("definition write cancelled".into()));
+                };
+                if parse_definition(&item)?.fingerprint() != def.fingerprint() {
+                    return Err(StoreError::Conflict(format!(
                         "coupon {} exists with a different definition",
                         def.coupon_id
-                    ))),
-                    None => Err(StoreError::Unavailable("definition write cancelled".into())),
+                    )));
                 }
+                // Items written before the flag existed were preheated by
+                // their create: an absent flag counts as preheated.
+                let preheated = item.get("preheated").and_then(|v| v.as_bool().ok()).is_none_or(|b| *b);
+                Ok(Stored::Same { preheated })
             }
             Err(e) => Err(unavailable(e)),
         }
+    }
+
+    async fn mark_preheated(&self, coupon: &CouponId) -> Result<(), StoreError> {
+        self.tables
+            .client
+            .update_item()
+            .table_name(&self.tables.coupons)
+            .key("pk", s(coupon_pk(coupon)))
+            .key("sk", s("DEF"))
+            .update_expression("SET preheated = :yes")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":yes", AttributeValue::Bool(true))
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(())
     }
 
     async fn get_definition(&self, coupon: &CouponId) -> Result<Option<CouponDefinition>, StoreError> {

@@ -41,14 +41,23 @@ impl KeySpace {
         format!("{}{{usr:{}}}:black", self.prefix, user)
     }
 
-    /// The user's claims on risk day `day`.
+    /// The user's claims on risk day `day`: one field per press that holds
+    /// one (`<coupon>:<requestId>`), so a repeated reserve or release of
+    /// the same press counts once.
     pub fn user_claims(&self, user: &UserId, day: i64) -> String {
-        format!("{}{{usr:{}}}:claims:{}", self.prefix, user, day)
+        format!("{}{{usr:{}}}:holds:{}", self.prefix, user, day)
     }
 
-    /// user -> references, for the users seen from `ip` on risk day `day`.
+    /// user -> presses holding a place, for the users seen from `ip` on risk
+    /// day `day`.
     pub fn ip_users(&self, ip: ClientIp, day: i64) -> String {
-        format!("{}{{ip:{}}}:users:{}", self.prefix, ip, day)
+        format!("{}{{ip:{}}}:seen:{}", self.prefix, ip, day)
+    }
+
+    /// The presses holding a place among `ip`'s users on risk day `day`
+    /// (`<user>|<coupon>:<requestId>`), so a repeated release frees once.
+    pub fn ip_holds(&self, ip: ClientIp, day: i64) -> String {
+        format!("{}{{ip:{}}}:holds:{}", self.prefix, ip, day)
     }
 }
 
@@ -117,5 +126,6 @@ mod tests {
         assert_eq!(hash_tag(&ks.user_claims(&user, 5)), "usr:u1");
         let ip = ClientIp::parse("2001:db8::1").unwrap();
         assert_eq!(hash_tag(&ks.ip_users(ip, 5)), "ip:2001:db8::1");
+        assert_eq!(hash_tag(&ks.ip_holds(ip, 5)), "ip:2001:db8::1");
     }
 }

@@ -1,13 +1,16 @@
-//! An operator's change reaching the live shards: every shard applies the
-//! stored definition at its version (`lua/apply_settings.lua`), and a shard
-//! that has a newer version ignores an older one.
+//! An operator's change reaching the live shards: a shard applies the
+//! stored definition at its version (`lua/apply_settings.lua`; a shard that
+//! has a newer version ignores an older one), and its sold-out epoch is
+//! bumped in a second phase (`lua/bump_epoch.lua`), run by the use case.
 
 use async_trait::async_trait;
-use coupon_domain::admin::{Applied, LiveSettings};
+use coupon_domain::admin::{LiveSettings, ShardApply};
 use coupon_domain::coupon::StoredCoupon;
 use coupon_domain::error::StoreError;
+use coupon_domain::ids::CouponId;
 
 use super::conn::{protocol, unavailable, Redis};
+use super::repair::bump_epoch;
 use super::scripts::APPLY_SETTINGS;
 
 /// [`LiveSettings`] on Redis.
@@ -25,30 +28,30 @@ impl RedisLive {
 
 #[async_trait]
 impl LiveSettings for RedisLive {
-    async fn apply(&self, coupon: &StoredCoupon) -> Result<Applied, StoreError> {
+    async fn apply_shard(&self, coupon: &StoredCoupon, shard: u32) -> Result<ShardApply, StoreError> {
         let def = &coupon.definition;
-        let mut applied = Applied::default();
-        for shard in 0..def.shards {
-            let mut conn = self.redis.conn.clone();
-            let reply: String = APPLY_SETTINGS
-                .key(self.redis.keys.shard(&def.coupon_id, shard).meta())
-                .arg(coupon.version)
-                .arg(def.fingerprint())
-                .arg(def.status.as_str())
-                .arg(def.shard_rate().to_string())
-                .arg(def.shard_burst())
-                .arg(def.shard_stock(shard))
-                .arg(def.total_stock)
-                .invoke_async(&mut conn)
-                .await
-                .map_err(unavailable)?;
-            match reply.as_str() {
-                "APPLIED" => applied.applied += 1,
-                "CURRENT" => applied.current += 1,
-                "MISSING" => applied.missing += 1,
-                other => return Err(protocol("apply_settings.lua", format!("unknown reply {other:?}"))),
-            }
+        let mut conn = self.redis.conn.clone();
+        let reply: String = APPLY_SETTINGS
+            .key(self.redis.keys.shard(&def.coupon_id, shard).meta())
+            .arg(coupon.version)
+            .arg(def.fingerprint())
+            .arg(def.status.as_str())
+            .arg(def.shard_rate().to_string())
+            .arg(def.shard_burst())
+            .arg(def.shard_stock(shard))
+            .arg(def.total_stock)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        match reply.as_str() {
+            "APPLIED" => Ok(ShardApply::Applied),
+            "CURRENT" => Ok(ShardApply::Current),
+            "MISSING" => Ok(ShardApply::Missing),
+            other => Err(protocol("apply_settings.lua", format!("unknown reply {other:?}"))),
         }
-        Ok(applied)
+    }
+
+    async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {
+        bump_epoch(&self.redis, coupon, shard).await
     }
 }

@@ -122,13 +122,7 @@ impl StockRepair for RedisRepair {
     }
 
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {
-        let mut conn = self.redis.conn.clone();
-        BUMP_EPOCH
-            .key(self.redis.keys.shard(coupon, shard).meta())
-            .invoke_async::<i64>(&mut conn)
-            .await
-            .map(|_| ())
-            .map_err(unavailable)
+        bump_epoch(&self.redis, coupon, shard).await
     }
 
     async fn stale_borrows(
@@ -156,4 +150,16 @@ impl StockRepair for RedisRepair {
             })
             .collect())
     }
+}
+
+/// Voids a shard's sold-out stamp (`lua/bump_epoch.lua`): after stock was
+/// added anywhere in the coupon, by a rebuild or an operator.
+pub(super) async fn bump_epoch(redis: &Redis, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {
+    let mut conn = redis.conn.clone();
+    BUMP_EPOCH
+        .key(redis.keys.shard(coupon, shard).meta())
+        .invoke_async::<i64>(&mut conn)
+        .await
+        .map(|_| ())
+        .map_err(unavailable)
 }

@@ -5,8 +5,8 @@
 use async_trait::async_trait;
 use coupon_domain::config::RiskLimits;
 use coupon_domain::error::StoreError;
-use coupon_domain::grab::ports::{RiskDecision, RiskGuard, RiskHold};
-use coupon_domain::ids::{ClientIp, UserId};
+use coupon_domain::grab::ports::{Claim, RiskDecision, RiskGuard, RiskHold};
+use coupon_domain::ids::{ClientIp, CouponId, RequestId};
 use coupon_domain::outcome::RiskReason;
 
 use super::conn::{unavailable, Redis};
@@ -31,8 +31,10 @@ impl RedisRisk {
 
 #[async_trait]
 impl RiskGuard for RedisRisk {
-    async fn reserve(&self, user: &UserId, ip: Option<ClientIp>, now_ms: i64) -> Result<RiskDecision, StoreError> {
-        let day = self.limits.day(now_ms);
+    async fn reserve(&self, claim: &Claim<'_>, ip: Option<ClientIp>) -> Result<RiskDecision, StoreError> {
+        let user = claim.user;
+        let day = self.limits.day(claim.now_ms);
+        let press = press_key(claim.coupon, claim.request);
         let mut user_conn = self.redis.conn.clone();
         let mut ip_conn = self.redis.conn.clone();
         // Two slots, so two scripts; sent together, they cost one round trip
@@ -43,6 +45,7 @@ impl RiskGuard for RedisRisk {
                 .key(self.redis.keys.user_claims(user, day))
                 .arg(self.limits.daily_claims_per_user)
                 .arg(RISK_TTL_MS)
+                .arg(&press)
                 .invoke_async::<String>(&mut user_conn)
                 .await
         };
@@ -50,9 +53,11 @@ impl RiskGuard for RedisRisk {
             match ip {
                 Some(ip) if self.limits.users_per_ip > 0 => RISK_IP
                     .key(self.redis.keys.ip_users(ip, day))
+                    .key(self.redis.keys.ip_holds(ip, day))
                     .arg(user.as_str())
                     .arg(self.limits.users_per_ip)
                     .arg(RISK_TTL_MS)
+                    .arg(&press)
                     .invoke_async::<String>(&mut ip_conn)
                     .await
                     .map(Some),
@@ -62,6 +67,8 @@ impl RiskGuard for RedisRisk {
         let (user_reply, ip_reply) = tokio::join!(user_call, ip_call);
         let mut hold = RiskHold {
             user: user.clone(),
+            coupon: claim.coupon.clone(),
+            request: claim.request.clone(),
             ip,
             day,
             user_reserved: false,
@@ -103,6 +110,7 @@ impl RiskGuard for RedisRisk {
     }
 
     async fn release(&self, hold: &RiskHold) -> Result<(), StoreError> {
+        let press = press_key(&hold.coupon, &hold.request);
         let mut user_conn = self.redis.conn.clone();
         let mut ip_conn = self.redis.conn.clone();
         let user_call = async {
@@ -112,6 +120,7 @@ impl RiskGuard for RedisRisk {
             RISK_RELEASE
                 .key(self.redis.keys.user_claims(&hold.user, hold.day))
                 .arg("")
+                .arg(&press)
                 .invoke_async::<()>(&mut user_conn)
                 .await
         };
@@ -120,7 +129,9 @@ impl RiskGuard for RedisRisk {
                 Some(ip) if hold.ip_reserved => {
                     RISK_RELEASE
                         .key(self.redis.keys.ip_users(ip, hold.day))
+                        .key(self.redis.keys.ip_holds(ip, hold.day))
                         .arg(hold.user.as_str())
+                        .arg(&press)
                         .invoke_async::<()>(&mut ip_conn)
                         .await
                 }
@@ -130,4 +141,10 @@ impl RiskGuard for RedisRisk {
         let (a, b) = tokio::join!(user_call, ip_call);
         a.and(b).map_err(unavailable)
     }
+}
+
+/// The key a press's reservations are made under: coupon and request id
+/// (the same request id on another coupon is another press).
+fn press_key(coupon: &CouponId, request: &RequestId) -> String {
+    format!("{coupon}:{request}")
 }

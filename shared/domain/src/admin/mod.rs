@@ -45,7 +45,7 @@ pub use model::{
     Actor, AdminAction, AdminContext, AdminError, Applied, AuditEntry, AuditTarget, ChangeResult, CouponChange,
     CouponFigures, CouponView, RateChange,
 };
-pub use ports::{AdminStore, LiveSettings};
+pub use ports::{AdminStore, LiveSettings, ShardApply};
 
 /// The dependencies of [`AdminService`], built once per Lambda instance.
 pub struct AdminPorts {
@@ -239,7 +239,7 @@ impl AdminService {
             if after == stored.definition {
                 // Nothing to change; still bring Redis in line (a retry of a
                 // call whose Redis step failed lands here).
-                p.live.apply(&stored).await?;
+                self.apply_live(&stored).await?;
                 return self.view_of(stored).await;
             }
             let change = CouponChange {
@@ -253,7 +253,7 @@ impl AdminService {
                 ChangeResult::VersionMoved => continue,
                 ChangeResult::Applied | ChangeResult::AlreadyDone => {
                     let now = p.store.stored(coupon).await?.ok_or(AdminError::NotFound)?;
-                    let applied = p.live.apply(&now).await?;
+                    let applied = self.apply_live(&now).await?;
                     info!(
                         version = now.version,
                         applied = applied.applied,
@@ -266,6 +266,26 @@ impl AdminService {
         }
         warn!("gave up after concurrent changes");
         Err(AdminError::ConcurrentChange)
+    }
+
+    /// Brings every shard to the stored definition in two phases: first
+    /// every shard's settings and stock share, then every shard's sold-out
+    /// epoch. Stock added to one shard must void a sold-out stamp on every
+    /// other shard, and only once that stock is there: a borrow that scans a
+    /// shard not yet given its share stamps its home shard at the epoch of
+    /// the moment, which phase 2 then voids (one phase per shard would let
+    /// an already-bumped shard keep that stamp for good).
+    async fn apply_live(&self, stored: &StoredCoupon) -> Result<Applied, AdminError> {
+        let live = &self.ports.live;
+        let def = &stored.definition;
+        let mut applied = Applied::default();
+        for shard in 0..def.shards {
+            applied.count(live.apply_shard(stored, shard).await?);
+        }
+        for shard in 0..def.shards {
+            live.bump_epoch(&def.coupon_id, shard).await?;
+        }
+        Ok(applied)
     }
 
     /// Puts a user on (`on`) or off the blacklist: durable first, then the

@@ -130,6 +130,18 @@ pub struct Applied {
     pub missing: u32,
 }
 
+impl Applied {
+    /// Counts one shard's answer.
+    pub fn count(&mut self, shard: super::ports::ShardApply) {
+        use super::ports::ShardApply::*;
+        match shard {
+            Applied => self.applied += 1,
+            Current => self.current += 1,
+            Missing => self.missing += 1,
+        }
+    }
+}
+
 /// Live figures of a coupon.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

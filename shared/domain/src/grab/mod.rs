@@ -12,8 +12,17 @@
 //! 4. Only if the home shard is empty while others may not be: borrow from
 //!    the other shards in a fixed order (at most `shards - 1` calls), then
 //!    settle on the home shard. SOLD_OUT only when every shard was empty.
-//! 5. Winners: one SQS send. A failed send is still a win (the grant waits
-//!    in the outbox for the reconciler). Losers: release the risk hold.
+//! 5. Winners: one SQS send, and only then SUCCESS. A failed send answers
+//!    [`GrabError::NotQueued`] (BUSY, retry): the grant stays in the outbox
+//!    and the risk hold stays held, and the client's retry with the same
+//!    request id replays the win and sends it again (the issuer absorbs
+//!    duplicates). The reconciler's re-drive is the backstop for a client
+//!    that never retries. Losers: release the risk hold.
+//!
+//! Why not SUCCESS with the grant only in the outbox: Redis may lose it
+//! (a flush, a failover to a lagging replica) before the reconciler
+//! re-drives it, and a rebuild would then sell that unit again: the user
+//! told SUCCESS would end with nothing. A SUCCESS is a coupon.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -21,7 +30,7 @@ use std::sync::{Arc, RwLock};
 use tracing::{instrument, warn};
 
 use crate::clock::Clock;
-use crate::error::StoreError;
+use crate::error::{PublishError, StoreError};
 use crate::grant::GrantRecord;
 use crate::ids::{ClientIp, CouponId, RequestId, UserId};
 use crate::metrics::Metrics;
@@ -55,6 +64,11 @@ pub struct GrabRequest {
 /// A grab could not be decided; the client should retry with the same id.
 #[derive(Debug, thiserror::Error)]
 pub enum GrabError {
+    /// The grab won but the queue did not take the grant: the user must not
+    /// hear SUCCESS yet. The grant stays in the outbox; a retry with the
+    /// same request id replays the win and sends it again.
+    #[error("grant won but not queued")]
+    NotQueued(#[source] PublishError),
     /// Redis did not answer (or answered nonsense). Safe to retry: every
     /// write is keyed by the request id.
     #[error("grab could not be decided")]
@@ -82,12 +96,6 @@ pub struct GrabService {
 struct Decided {
     outcome: Result<GrantRecord, Rejection>,
     replayed: bool,
-    /// A grant that this request may be the first to see, so it is sent
-    /// (a resumed borrow may send a duplicate, which the issuer absorbs).
-    publish: bool,
-    /// The claim was counted by an earlier request with this id (or not at
-    /// all): give this request's risk hold back.
-    release_hold: bool,
 }
 
 impl GrabService {
@@ -149,17 +157,17 @@ impl GrabService {
             // sell-out must not hear SOLD_OUT when it retries.
             match self.ledger.recorded(&claim).await? {
                 None => return Ok(rejected(Rejection::SoldOut, false)),
-                Some(Recorded::Won(rec)) => return Ok(self.won(req, rec, false, true).await),
+                Some(Recorded::Won(rec)) => return self.won(req, rec, true).await,
                 Some(Recorded::SoldOut) => return Ok(rejected(Rejection::SoldOut, true)),
                 // A borrow interrupted before the sell-out: finish it below.
                 Some(Recorded::Borrowing { .. }) => {}
             }
         } else {
-            match self.risk.reserve(&req.user, req.ip, now_ms).await? {
+            match self.risk.reserve(&claim, req.ip).await? {
                 RiskDecision::Allowed(h) => hold = Some(h),
                 RiskDecision::Refused(reason) => match self.ledger.recorded(&claim).await? {
                     // The win itself may be what filled the daily limit.
-                    Some(Recorded::Won(rec)) => return Ok(self.won(req, rec, false, true).await),
+                    Some(Recorded::Won(rec)) => return self.won(req, rec, true).await,
                     Some(Recorded::SoldOut) => return Ok(rejected(Rejection::SoldOut, true)),
                     // The interrupted first attempt holds the risk reservation.
                     Some(Recorded::Borrowing { .. }) => {}
@@ -176,28 +184,31 @@ impl GrabService {
                 return Err(e.into());
             }
         };
-        if decided.release_hold || decided.outcome.is_err() {
+        // The hold is this press's own reservation (keyed by coupon and
+        // request id), so a win keeps it, replayed or not, and anything else
+        // gives it back; giving back twice changes nothing.
+        if decided.outcome.is_err() {
             if let Some(h) = hold.as_ref() {
                 self.release(h).await;
             }
         }
-        Ok(match decided.outcome {
-            Ok(rec) => self.won(req, rec, decided.publish, decided.replayed).await,
+        match decided.outcome {
+            Ok(rec) => self.won(req, rec, decided.replayed).await,
             Err(reason) => {
-                if reason == Rejection::SoldOut {
+                // Learn a sell-out only from a decision made now: a replayed
+                // SOLD_OUT may be hours old and stock added since.
+                if reason == Rejection::SoldOut && !decided.replayed {
                     self.sold_out.remember(&req.coupon, now_ms);
                 }
-                rejected(reason, decided.replayed)
+                Ok(rejected(reason, decided.replayed))
             }
-        })
+        }
     }
 
     async fn decide(&self, claim: &Claim<'_>, shards: u32) -> Result<Decided, StoreError> {
         let fresh = |outcome| Decided {
             outcome,
             replayed: false,
-            publish: true,
-            release_hold: false,
         };
         Ok(match self.ledger.claim(claim).await? {
             ClaimReply::Won(rec) => fresh(Ok(rec)),
@@ -209,14 +220,10 @@ impl GrabService {
             ClaimReply::Replay(Recorded::Won(rec)) => Decided {
                 outcome: Ok(rec),
                 replayed: true,
-                publish: false,
-                release_hold: true,
             },
             ClaimReply::Replay(Recorded::SoldOut) => Decided {
                 outcome: Err(Rejection::SoldOut),
                 replayed: true,
-                publish: false,
-                release_hold: true,
             },
             ClaimReply::Replay(Recorded::Borrowing { ordinal }) => {
                 // The first attempt died mid-borrow (or is still running):
@@ -225,8 +232,6 @@ impl GrabService {
                 Decided {
                     outcome,
                     replayed: true,
-                    publish: true,
-                    release_hold: true,
                 }
             }
         })
@@ -241,24 +246,22 @@ impl GrabService {
         finish_borrow(self.ledger.as_ref(), self.metrics.as_ref(), claim, shards, ordinal).await
     }
 
-    async fn won(&self, req: &GrabRequest, rec: GrantRecord, publish: bool, replayed: bool) -> GrabOutcome {
+    /// A win is answered only once the queue took its grant: every win,
+    /// replayed or not, is sent (the first send may have failed, or the
+    /// process may have died before it), and the issuer absorbs repeats.
+    async fn won(&self, req: &GrabRequest, rec: GrantRecord, replayed: bool) -> Result<GrabOutcome, GrabError> {
         let grant = rec.into_grant(req.coupon.clone(), req.user.clone(), req.request.clone());
-        let mut queued = false;
-        if publish {
-            match self.publisher.publish(&grant).await {
-                Ok(()) => queued = true,
-                Err(e) => {
-                    warn!(grant = %grant.grant_id, error = %e, source = ?std::error::Error::source(&e),
-                        "grant not queued; it stays in the outbox for the reconciler");
-                    self.metrics.count("GrantQueueFailed", None, 1);
-                }
-            }
+        if let Err(e) = self.publisher.publish(&grant).await {
+            warn!(grant = %grant.grant_id, error = %e, source = ?std::error::Error::source(&e),
+                "grant not queued; the caller hears BUSY and retries, the outbox keeps it");
+            self.metrics.count("GrantQueueFailed", None, 1);
+            return Err(GrabError::NotQueued(e));
         }
-        GrabOutcome::Won {
+        Ok(GrabOutcome::Won {
             grant,
-            queued,
+            queued: true,
             replayed,
-        }
+        })
     }
 
     async fn release(&self, hold: &RiskHold) {

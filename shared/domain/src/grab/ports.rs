@@ -93,6 +93,11 @@ pub trait StockLedger: Send + Sync {
 pub struct RiskHold {
     /// Whose reservation.
     pub user: UserId,
+    /// The press it was made for (coupon and request id): reservations are
+    /// keyed by it, so reserving or releasing it again counts once.
+    pub coupon: CouponId,
+    /// See [`Self::coupon`].
+    pub request: RequestId,
     /// From which address, if known.
     pub ip: Option<ClientIp>,
     /// The risk day (days since epoch in the configured time zone).
@@ -123,9 +128,12 @@ pub enum RiskDecision {
 /// limits hold under concurrency.
 #[async_trait]
 pub trait RiskGuard: Send + Sync {
-    /// Checks the blacklist and reserves a daily claim and an IP place.
-    async fn reserve(&self, user: &UserId, ip: Option<ClientIp>, now_ms: i64) -> Result<RiskDecision, StoreError>;
-    /// Gives back what `reserve` took.
+    /// Checks the blacklist and reserves a daily claim and an IP place for
+    /// one press (`claim.coupon`, `claim.request`). Idempotent per press: a
+    /// retry or a replay finds its reservation and takes nothing more.
+    async fn reserve(&self, claim: &Claim<'_>, ip: Option<ClientIp>) -> Result<RiskDecision, StoreError>;
+    /// Gives back what `reserve` took for that press. Idempotent: a repeated
+    /// release gives back nothing more.
     async fn release(&self, hold: &RiskHold) -> Result<(), StoreError>;
 }
 

@@ -61,7 +61,7 @@ fn record(grant: &str, shard: u32) -> GrantRecord {
 }
 
 #[tokio::test]
-async fn a_winner_whose_send_fails_still_wins_and_the_failure_is_counted() {
+async fn a_winner_whose_send_fails_is_not_told_success_and_keeps_its_hold() {
     let w = world(
         ScriptedLedger {
             shards: 1,
@@ -74,15 +74,8 @@ async fn a_winner_whose_send_fails_still_wins_and_the_failure_is_counted() {
             ..Default::default()
         },
     );
-    let outcome = w.service.grab(&request("u")).await.unwrap();
-    assert!(matches!(
-        outcome,
-        GrabOutcome::Won {
-            queued: false,
-            replayed: false,
-            ..
-        }
-    ));
+    let outcome = w.service.grab(&request("u")).await;
+    assert!(matches!(outcome, Err(GrabError::NotQueued(_))), "{outcome:?}");
     assert_eq!(w.metrics.total("GrantQueueFailed"), 1);
     assert_eq!(*w.risk.released.lock().unwrap(), 0, "a win keeps its risk hold");
 }
@@ -111,7 +104,7 @@ async fn a_loser_gives_its_risk_hold_back_and_sends_nothing() {
 }
 
 #[tokio::test]
-async fn a_replayed_win_is_not_sent_again_and_its_new_hold_is_released() {
+async fn a_replayed_win_is_sent_again_and_keeps_its_own_hold() {
     let w = world(
         ScriptedLedger {
             shards: 1,
@@ -125,13 +118,19 @@ async fn a_replayed_win_is_not_sent_again_and_its_new_hold_is_released() {
     assert!(matches!(
         outcome,
         GrabOutcome::Won {
-            queued: false,
+            queued: true,
             replayed: true,
             ..
         }
     ));
-    assert!(w.queue.sent.lock().unwrap().is_empty());
-    assert_eq!(*w.risk.released.lock().unwrap(), 1);
+    let sent = w.queue.sent.lock().unwrap();
+    assert_eq!(sent.len(), 1, "the first send may have failed: every replay sends");
+    assert_eq!(sent[0].grant_id, "c-0-1");
+    assert_eq!(
+        *w.risk.released.lock().unwrap(),
+        0,
+        "the hold is this press's own reservation (keyed by request): the win keeps it"
+    );
 }
 
 #[tokio::test]

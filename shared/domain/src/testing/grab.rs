@@ -13,7 +13,7 @@ use crate::grab::ports::{
     Claim, ClaimReply, GrantPublisher, Recorded, RiskDecision, RiskGuard, RiskHold, StockLedger, TakeReply,
 };
 use crate::grant::{Grant, GrantRecord};
-use crate::ids::{ClientIp, CouponId, UserId};
+use crate::ids::{ClientIp, CouponId};
 use crate::metrics::Metrics;
 use crate::outcome::RiskReason;
 
@@ -95,13 +95,15 @@ impl FakeRisk {
 
 #[async_trait]
 impl RiskGuard for FakeRisk {
-    async fn reserve(&self, user: &UserId, ip: Option<ClientIp>, _: i64) -> Result<RiskDecision, StoreError> {
+    async fn reserve(&self, claim: &Claim<'_>, ip: Option<ClientIp>) -> Result<RiskDecision, StoreError> {
         if let Some(reason) = self.refuse {
             return Ok(RiskDecision::Refused(reason));
         }
         *self.reserved.lock().unwrap() += 1;
         Ok(RiskDecision::Allowed(RiskHold {
-            user: user.clone(),
+            user: claim.user.clone(),
+            coupon: claim.coupon.clone(),
+            request: claim.request.clone(),
             ip,
             day: 0,
             user_reserved: true,
@@ -140,9 +142,11 @@ pub struct AllowAll;
 
 #[async_trait]
 impl RiskGuard for AllowAll {
-    async fn reserve(&self, user: &UserId, ip: Option<ClientIp>, _now_ms: i64) -> Result<RiskDecision, StoreError> {
+    async fn reserve(&self, claim: &Claim<'_>, ip: Option<ClientIp>) -> Result<RiskDecision, StoreError> {
         Ok(RiskDecision::Allowed(RiskHold {
-            user: user.clone(),
+            user: claim.user.clone(),
+            coupon: claim.coupon.clone(),
+            request: claim.request.clone(),
             ip,
             day: 0,
             user_reserved: false,
