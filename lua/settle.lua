@@ -8,9 +8,21 @@
 local meta, users, req, outbox, borrowing = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local user, request_id, now, ttl, donor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
-redis.call('ZREM', borrowing, request_id .. ':' .. user)
+local listed = redis.call('ZREM', borrowing, request_id .. ':' .. user)
 local current = redis.call('GET', req)
-if not current then return {'GONE'} end
+if not current then
+  -- The reservation's record expired while the borrow stayed open (its
+  -- caller died, nobody settled within the outcome TTL). Its claim was
+  -- counted at reservation: with no donor grant, give it back, once (only
+  -- the call that took the listing off), so the user is not ALREADY_CLAIMED
+  -- while holding nothing. A donor's grant is the user's: keep the count.
+  if listed == 1 and donor == '' then
+    if redis.call('HINCRBY', users, user, -1) <= 0 then
+      redis.call('HDEL', users, user)
+    end
+  end
+  return {'GONE'}
+end
 if string.sub(current, 1, 2) ~= 'B|' then return {'DONE', current} end
 
 local ordinal, epoch = string.match(current, '^B|(%d+)|(%d+)|')

@@ -141,7 +141,11 @@ def test_redis_is_a_tls_cluster_with_failover_and_a_generated_token():
     redis = resources["Redis"]["Properties"]
     for flag in ("TransitEncryptionEnabled", "AtRestEncryptionEnabled", "MultiAZEnabled", "AutomaticFailoverEnabled"):
         assert redis[flag] is True, flag
-    assert redis["CacheParameterGroupName"].endswith("cluster.on")
+    # Cluster mode, and Redis holds decisions, not a cache: nothing may be
+    # evicted to make room.
+    group = resources[redis["CacheParameterGroupName"]["Ref"]]["Properties"]
+    assert group["Properties"]["cluster-enabled"] == "yes"
+    assert group["Properties"]["maxmemory-policy"] == "noeviction"
     assert "resolve:secretsmanager" in str(redis["AuthToken"])
     for name in ("GrabFunction", "WalletFunction", "ReconcilerFunction"):
         env = resources[name]["Properties"]["Environment"]["Variables"]
@@ -177,7 +181,7 @@ def test_the_alarms_watch_what_the_design_says():
         for res in template()["Resources"].values()
         if res["Type"] == "AWS::CloudWatch::Alarm"
     }
-    for metric in ("ApproximateNumberOfMessagesVisible", "Errors", "5xx", "ReconcileDriftTotal", "GrantRejected"):
+    for metric in ("ApproximateNumberOfMessagesVisible", "Errors", "5xx", "ReconcileDriftTotal", "GrantRejected", "DatabaseMemoryUsagePercentage"):
         assert metric in alarms, metric
     # The custom metrics are the ones the code emits.
     code = (ROOT / "shared" / "domain" / "src").rglob("*.rs")

@@ -272,3 +272,65 @@ async fn two_reconcilers_rebuilding_at_once_restore_the_stock_once() {
     }
     assert!(h.facts().was_rebuilt(&coupon).await.unwrap());
 }
+
+/// A borrow whose caller died and whose record then expired (nobody settled
+/// it within the outcome TTL): settling it found nothing and left the
+/// user's claim counted, so with a limit of one the user heard
+/// ALREADY_CLAIMED for good while holding nothing. The settle now gives
+/// the claim back, once.
+#[tokio::test]
+async fn a_borrow_whose_record_expired_gives_its_claim_back_once() {
+    let h = Harness::new().await;
+    let mut def = h.coupon(2);
+    def.shards = 2;
+    let coupon = h.create(&def).await;
+    let user = UserId::parse("expired-borrower").unwrap();
+    let home = home_shard(&user, 2);
+    // Empty both shards: the user's home first, then the other.
+    let mut sold = 0;
+    for i in 0.. {
+        if sold == 2 {
+            break;
+        }
+        if h.grab(&coupon, &format!("buyer-{i}"), "r").await.code() == "SUCCESS" {
+            sold += 1;
+        }
+    }
+    // The borrow will find every shard empty. Reserve it, let its caller die.
+    let request = RequestId::parse("r1").unwrap();
+    let claim = Claim {
+        coupon: &coupon,
+        home_shard: home,
+        user: &user,
+        level: 0,
+        request: &request,
+        now_ms: h.clock.now_ms(),
+    };
+    let ledger = h.stock_ledger();
+    // No borrow has failed yet, so no shard is stamped sold out: the home
+    // shard reserves the claim and sends the caller borrowing.
+    let reply = ledger.claim(&claim).await.unwrap();
+    assert!(matches!(reply, ClaimReply::Borrow { ordinal: 1 }), "{reply:?}");
+    // The record expires (the outcome TTL passed).
+    let req_key = h.redis.keys().shard(&coupon, home).request(&user, &request);
+    let mut conn = h.redis.connection();
+    let _: () = redis::cmd("DEL").arg(&req_key).query_async(&mut conn).await.unwrap();
+    let users_key = h.redis.keys().shard(&coupon, home).users();
+    let counted: Option<i64> = redis::cmd("HGET")
+        .arg(&users_key)
+        .arg(user.as_str())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(counted, Some(1), "the reservation counted the claim");
+
+    assert_eq!(ledger.settle(&claim, None).await.unwrap(), None, "GONE");
+    assert_eq!(ledger.settle(&claim, None).await.unwrap(), None, "GONE again");
+    let counted: Option<i64> = redis::cmd("HGET")
+        .arg(&users_key)
+        .arg(user.as_str())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(counted, None, "given back once, never below zero");
+}

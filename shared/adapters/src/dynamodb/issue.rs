@@ -146,9 +146,51 @@ fn classify(e: BoxError, throttled: bool) -> IssueError {
     }
 }
 
+/// Attempts of one grant's write when DynamoDB throttles it or another
+/// transaction on the same counter conflicts with it (a hot coupon).
+const THROTTLED_ATTEMPTS: u32 = 4;
+
+/// Runs `write` again while it is throttled, with a growing, jittered pause
+/// (25, 50, 100 ms and up to as much again), up to `attempts` in all. Safe
+/// because every write here is conditional and idempotent per grant; it
+/// saves a message the visibility timeout (minutes) and, under a long
+/// burst, a trip to the dead-letter queue.
+async fn retry_throttled<F, Fut>(attempts: u32, mut write: F) -> Result<IssueOutcome, IssueError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<IssueOutcome, IssueError>>,
+{
+    let mut attempt = 1;
+    loop {
+        match write().await {
+            Err(IssueError::Throttled(_)) if attempt < attempts => {
+                let base = 25u64 << (attempt - 1);
+                let jitter = fnv1a64(
+                    &std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_nanos())
+                        .unwrap_or(0)
+                        .to_le_bytes(),
+                ) % (base + 1);
+                tokio::time::sleep(std::time::Duration::from_millis(base + jitter)).await;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 #[async_trait]
 impl IssueLedger for DynamoIssueLedger {
     async fn issue(&self, grant: &Grant, def: &CouponDefinition, now_ms: i64) -> Result<IssueOutcome, IssueError> {
+        retry_throttled(THROTTLED_ATTEMPTS, || self.issue_once(grant, def, now_ms)).await
+    }
+}
+
+impl DynamoIssueLedger {
+    /// One attempt: the user coupon and one unit of a counter in one
+    /// transaction, walking to the next counter when one is full.
+    async fn issue_once(&self, grant: &Grant, def: &CouponDefinition, now_ms: i64) -> Result<IssueOutcome, IssueError> {
         let item = Self::user_coupon_item(grant, def, now_ms);
         let mut items = def.counter_items();
         // Spread grants over the counters; walk on when one is full.
@@ -224,5 +266,46 @@ impl IssueLedger for DynamoIssueLedger {
             return Err(classify(Box::new(err), false));
         }
         self.reject(grant, RejectReason::CapReached, now_ms).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_throttled_write_is_retried_in_process_until_it_goes_through() {
+        let calls = AtomicU32::new(0);
+        let outcome = retry_throttled(4, || async {
+            match calls.fetch_add(1, Ordering::SeqCst) {
+                0 | 1 => Err(IssueError::Throttled("TransactionConflict".into())),
+                _ => Ok(IssueOutcome::Issued),
+            }
+        })
+        .await;
+        assert_eq!(outcome.unwrap(), IssueOutcome::Issued);
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn retries_are_bounded_and_other_failures_are_not_retried() {
+        let calls = AtomicU32::new(0);
+        let outcome = retry_throttled(4, || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err(IssueError::Throttled("ThrottlingException".into()))
+        })
+        .await;
+        assert!(matches!(outcome, Err(IssueError::Throttled(_))));
+        assert_eq!(calls.load(Ordering::SeqCst), 4, "then SQS redelivers");
+        let calls = AtomicU32::new(0);
+        let outcome = retry_throttled(4, || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err(IssueError::Unavailable("connection refused".into()))
+        })
+        .await;
+        assert!(matches!(outcome, Err(IssueError::Unavailable(_))));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 }

@@ -36,6 +36,7 @@ pub async fn finish_borrow(
     ordinal: u32,
 ) -> Result<Result<GrantRecord, Rejection>, StoreError> {
     let mut donor_grant = None;
+    let mut missing = 0;
     for step in 1..shards {
         let donor = (claim.home_shard + step) % shards;
         match ledger.take(claim, donor, ordinal).await? {
@@ -47,8 +48,17 @@ pub async fn finish_borrow(
             TakeReply::Missing => {
                 warn!(donor, "stock shard has no state; skipped (the reconciler rebuilds it)");
                 metrics.count("ShardMissing", None, 1);
+                missing += 1;
             }
         }
+    }
+    if donor_grant.is_none() && missing > 0 {
+        // A lost shard may hold stock once rebuilt: settling now would stamp
+        // the home shard sold out. The reservation stays open; the caller's
+        // retry (or the reconciler) resumes the borrow once it is back.
+        return Err(StoreError::Unavailable(
+            format!("{missing} donor shard(s) have no state; the borrow waits for the rebuild").into(),
+        ));
     }
     Ok(match ledger.settle(claim, donor_grant.as_ref()).await? {
         Some(Recorded::Won(rec)) => Ok(rec),

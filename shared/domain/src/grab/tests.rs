@@ -264,3 +264,33 @@ fn users_spread_over_shards() {
     }
     assert!(seen.iter().all(|&n| n > 50), "{seen:?}");
 }
+
+#[tokio::test]
+async fn a_borrow_that_meets_a_lost_donor_shard_is_busy_and_stamps_nothing() {
+    let user = "borrower";
+    let home = home_shard(&UserId::parse(user).unwrap(), 2);
+    let donor = (home + 1) % 2;
+    let w = world(
+        ScriptedLedger {
+            shards: 2,
+            claim: Some(ClaimReply::Borrow { ordinal: 1 }),
+            takes: HashMap::from([(donor, TakeReply::Missing)]),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    let outcome = w.service.grab(&request(user)).await;
+    assert!(matches!(outcome, Err(GrabError::Unavailable(_))), "{outcome:?}");
+    assert_eq!(
+        w.ledger.calls(),
+        vec!["claim".to_owned(), format!("take:{donor}")],
+        "no settle: no SOLD_OUT stamp"
+    );
+    assert_eq!(w.metrics.total("ShardMissing"), 1);
+    assert_eq!(
+        *w.risk.released.lock().unwrap(),
+        0,
+        "undecided: the hold stays for the retry"
+    );
+}

@@ -199,8 +199,11 @@ impl Reconciler {
         let rejected_ids: HashSet<&str> = rejections.iter().map(|g| g.grant_id.as_str()).collect();
 
         let mut to_redrive: Vec<Grant> = Vec::new();
-        for &shard in &present {
-            // Borrows first: a finished borrow may add an outbox entry.
+        // Borrows first: a finished borrow may add an outbox entry. Not while
+        // a shard is lost: a borrow must not settle SOLD_OUT past a shard
+        // that may hold stock once rebuilt; the next pass finishes them.
+        let borrowing_shards: &[u32] = if missing.is_empty() { &present } else { &[] };
+        for &shard in borrowing_shards {
             for (request, user) in self
                 .ports
                 .repair
