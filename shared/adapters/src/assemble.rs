@@ -10,7 +10,7 @@ use coupon_domain::reconcile::ports::DurableFacts;
 use coupon_domain::reconcile::ReconcilePorts;
 
 use crate::dynamodb::{DynamoBlacklist, Tables};
-use crate::redis::{Redis, RedisBlacklistFlags, RedisLedger, RedisRepair};
+use crate::redis::{Redis, RedisBlacklistFlags, RedisLedger, RedisLive, RedisRepair};
 use crate::sqs::SqsRedrive;
 
 /// The reconciler's ports over one Redis, the tables and the queue.
@@ -30,6 +30,7 @@ pub fn reconcile_ports(
         redrive: Arc::new(redrive),
         blacklist: Arc::new(DynamoBlacklist::new(tables.clone())),
         flags: Arc::new(RedisBlacklistFlags::new(redis.clone())),
+        live: Arc::new(RedisLive::new(redis.clone())),
         clock,
         metrics,
     }

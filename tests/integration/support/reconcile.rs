@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use coupon_adapters::dynamodb::DynamoFacts;
-use coupon_domain::coupon::CouponDefinition;
+use coupon_domain::coupon::{CouponDefinition, StoredCoupon};
 use coupon_domain::error::StoreError;
 use coupon_domain::grant::Grant;
 use coupon_domain::ids::CouponId;
@@ -89,6 +89,9 @@ impl DurableFacts for OwnCoupons {
             .into_iter()
             .filter(|d| own.contains(&d.coupon_id))
             .collect())
+    }
+    async fn stored(&self, c: &CouponId) -> Result<Option<StoredCoupon>, StoreError> {
+        self.inner.stored(c).await
     }
     async fn issued(&self, c: &CouponId) -> Result<u64, StoreError> {
         self.inner.issued(c).await

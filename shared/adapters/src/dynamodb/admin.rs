@@ -14,9 +14,7 @@ use coupon_domain::coupon::{counter_additions, StoredCoupon};
 use coupon_domain::error::StoreError;
 use coupon_domain::ids::CouponId;
 
-use super::items::{
-    coupon_pk, get_n, get_s, malformed, n, parse_definition, put_if_absent, s, unavailable, Item, Tables,
-};
+use super::items::{coupon_pk, get_s, malformed, n, put_if_absent, s, unavailable, Item, Tables};
 
 /// [`AdminStore`] on DynamoDB.
 #[derive(Debug, Clone)]
@@ -74,13 +72,7 @@ pub(super) fn audit_item(pk: String, entry: &AuditEntry) -> Result<Item, StoreEr
 #[async_trait]
 impl AdminStore for DynamoAdminStore {
     async fn stored(&self, coupon: &CouponId) -> Result<Option<StoredCoupon>, StoreError> {
-        let Some(item) = self.tables.get(coupon_pk(coupon), "DEF").await? else {
-            return Ok(None);
-        };
-        Ok(Some(StoredCoupon {
-            definition: parse_definition(&item)?,
-            version: get_n(&item, "version").unwrap_or(0),
-        }))
+        self.tables.stored(coupon).await
     }
 
     async fn change(&self, change: &CouponChange) -> Result<ChangeResult, StoreError> {

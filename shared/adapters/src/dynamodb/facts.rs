@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::KeysAndAttributes;
-use coupon_domain::coupon::CouponDefinition;
+use coupon_domain::coupon::{CouponDefinition, StoredCoupon};
 use coupon_domain::error::StoreError;
 use coupon_domain::grant::Grant;
 use coupon_domain::ids::{CouponId, UserId};
@@ -38,6 +38,10 @@ impl DurableFacts for DynamoFacts {
             .scan_coupons("sk = :def", HashMap::from([(":def".to_owned(), s("DEF"))]))
             .await?;
         items.iter().map(parse_definition).collect()
+    }
+
+    async fn stored(&self, coupon: &CouponId) -> Result<Option<StoredCoupon>, StoreError> {
+        self.tables.stored(coupon).await
     }
 
     async fn issued(&self, coupon: &CouponId) -> Result<u64, StoreError> {

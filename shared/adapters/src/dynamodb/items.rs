@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
-use coupon_domain::coupon::CouponDefinition;
+use coupon_domain::coupon::{CouponDefinition, StoredCoupon};
 
 use crate::config::TableNames;
 use coupon_domain::error::StoreError;
@@ -134,6 +134,17 @@ impl Tables {
             ]),
         )
         .await
+    }
+
+    /// A coupon's definition and version, read consistently.
+    pub(super) async fn stored(&self, coupon: &CouponId) -> Result<Option<StoredCoupon>, StoreError> {
+        let Some(item) = self.get(coupon_pk(coupon), "DEF").await? else {
+            return Ok(None);
+        };
+        Ok(Some(StoredCoupon {
+            definition: parse_definition(&item)?,
+            version: get_n(&item, "version").unwrap_or(0),
+        }))
     }
 
     /// One item of the coupons table, read consistently.

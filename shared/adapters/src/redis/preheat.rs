@@ -26,6 +26,7 @@ impl RedisPreheater {
 /// The meta hash of one shard as preheat and restore write it.
 pub(super) fn meta_fields(
     def: &CouponDefinition,
+    version: u64,
     shard: u32,
     stock: u64,
     seq: u64,
@@ -49,7 +50,7 @@ pub(super) fn meta_fields(
         ("alloc", def.shard_stock(shard).to_string()),
         ("total", def.total_stock.to_string()),
         // The definition version applied; changes carry higher ones.
-        ("version", "0".to_owned()),
+        ("version", version.to_string()),
         ("seq", seq.to_string()),
         ("epoch", "1".to_owned()),
         ("preheated_at_ms", now_ms.to_string()),
@@ -79,7 +80,7 @@ impl StockPreheater for RedisPreheater {
     async fn preheat(&self, def: &CouponDefinition, now_ms: i64) -> Result<bool, StoreError> {
         let mut created = false;
         for shard in 0..def.shards {
-            let fields = meta_fields(def, shard, def.shard_stock(shard), 0, now_ms);
+            let fields = meta_fields(def, 0, shard, def.shard_stock(shard), 0, now_ms);
             match self.redis.write_meta(def, shard, &fields).await?.as_str() {
                 "CREATED" => created = true,
                 "EXISTS" => {}

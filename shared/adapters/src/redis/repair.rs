@@ -3,7 +3,7 @@
 //! sold-out epochs bumped, borrows whose caller died.
 
 use async_trait::async_trait;
-use coupon_domain::coupon::CouponDefinition;
+use coupon_domain::coupon::StoredCoupon;
 use coupon_domain::error::StoreError;
 use coupon_domain::grant::Grant;
 use coupon_domain::ids::{CouponId, RequestId, UserId};
@@ -92,13 +92,14 @@ impl StockRepair for RedisRepair {
 
     async fn restore_shard(
         &self,
-        def: &CouponDefinition,
+        coupon: &StoredCoupon,
         shard: u32,
         stock: u64,
         seq_base: u64,
         holders: &[(UserId, u32)],
         now_ms: i64,
     ) -> Result<bool, StoreError> {
+        let def = &coupon.definition;
         let k = self.redis.keys.shard(&def.coupon_id, shard);
         for chunk in holders.chunks(500) {
             let mut invocation = RESTORE_USERS.key(k.meta());
@@ -112,7 +113,7 @@ impl StockRepair for RedisRepair {
                 return Ok(false);
             }
         }
-        let mut fields = meta_fields(def, shard, stock, seq_base, now_ms);
+        let mut fields = meta_fields(def, coupon.version, shard, stock, seq_base, now_ms);
         fields.push(("restored_at_ms", now_ms.to_string()));
         match self.redis.write_meta(def, shard, &fields).await?.as_str() {
             "CREATED" => Ok(true),

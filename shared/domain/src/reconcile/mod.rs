@@ -1,8 +1,12 @@
 //! Reconciliation: the scheduled job that keeps Redis (fast, volatile) and
 //! DynamoDB (durable, the arbiter) honest with each other.
 //!
-//! Per coupon whose window is open or recently closed, one pass:
+//! Per coupon whose window is open or recently closed, one pass, reading in
+//! the order units flow (Redis stock, outboxes, DynamoDB) so that a unit
+//! moving during the pass is never counted nowhere:
 //!
+//! 0. Re-reads the definition and its version, and applies it to any shard
+//!    still on an older one (an operator's change whose Redis step failed).
 //! 1. Reads every shard; a shard without state while DynamoDB knows the
 //!    coupon means Redis lost data.
 //! 2. Walks each outbox: entries DynamoDB confirms (issued under that grant
@@ -12,7 +16,8 @@
 //! 3. Finishes borrows whose caller died (resumed exactly as a client retry
 //!    would: idempotent per user and ordinal).
 //! 4. Rebuilds lost shards from DynamoDB: per-user counts first, then stock
-//!    (`total - issued - rejected - what surviving shards hold or owe`), then
+//!    (`total - issued - rejected - what surviving shards hold or owe`) under
+//!    the definition as stored at that moment, at its version, then
 //!    invalidates every shard's "sold out" stamp.
 //! 5. Checks `total = remaining + issued + pending + rejected` and reports
 //!    any drift with its cause.
@@ -30,9 +35,10 @@ use std::sync::Arc;
 
 use tracing::{info, instrument, warn};
 
+use crate::admin::{LiveSettings, ShardApply};
 use crate::blacklist::{BlacklistFlags, BlacklistRecord};
 use crate::clock::Clock;
-use crate::coupon::CouponDefinition;
+use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::StoreError;
 use crate::grab::ports::{Claim, Recorded, StockLedger};
 use crate::grab::{finish_borrow, home_shard};
@@ -84,6 +90,9 @@ pub struct ReconcilePorts {
     pub blacklist: Arc<dyn BlacklistRecord>,
     /// The blacklist flags grabs read.
     pub flags: Arc<dyn BlacklistFlags>,
+    /// The operators' settings on each shard, healed when a shard is behind
+    /// the stored definition.
+    pub live: Arc<dyn LiveSettings>,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// Figures.
@@ -177,31 +186,46 @@ impl Reconciler {
     }
 
     /// One pass over one coupon.
+    ///
+    /// Reads in the order units flow (surviving Redis stock, then the
+    /// outboxes, then DynamoDB), so a unit that moves between two reads is
+    /// counted twice (a rebuild restores too little, which the next sale
+    /// figures show) and never zero times (which would sell it again).
     #[instrument(skip_all, fields(coupon = %def.coupon_id))]
     pub async fn coupon(&self, def: &CouponDefinition, now: i64) -> Result<CouponReport, StoreError> {
         let coupon = &def.coupon_id;
+        let stored = self.ports.facts.stored(coupon).await?.unwrap_or(StoredCoupon {
+            definition: def.clone(),
+            version: 0,
+        });
+        let def = &stored.definition;
         let mut r = CouponReport {
             coupon_id: coupon.to_string(),
             total: def.total_stock,
             ..CouponReport::default()
         };
+        // 1. Surviving stock, and which shards are gone.
         let mut present = Vec::new();
         let mut missing = Vec::new();
+        let mut held = 0i64;
         for shard in 0..def.shards {
             match self.ports.repair.shard_stock(coupon, shard).await? {
-                Some(_) => present.push(shard),
+                Some(stock) => {
+                    present.push(shard);
+                    held += stock;
+                }
                 None => missing.push(shard),
             }
         }
-        r.issued = self.ports.facts.issued(coupon).await?;
-        let rejections = self.ports.facts.rejections(coupon).await?;
-        r.rejected = rejections.len() as u64;
-        let rejected_ids: HashSet<&str> = rejections.iter().map(|g| g.grant_id.as_str()).collect();
+        // An operator's change that never reached a shard (its Redis step
+        // failed, or met a shard that was lost then) is applied now.
+        self.heal_settings(&stored, &present, &mut r).await?;
 
+        // 2. Borrows whose caller died (they may add outbox entries), not
+        // while a shard is lost: a borrow must not settle SOLD_OUT past a
+        // shard that may hold stock once rebuilt; the next pass finishes
+        // them. Then every outbox.
         let mut to_redrive: Vec<Grant> = Vec::new();
-        // Borrows first: a finished borrow may add an outbox entry. Not while
-        // a shard is lost: a borrow must not settle SOLD_OUT past a shard
-        // that may hold stock once rebuilt; the next pass finishes them.
         let borrowing_shards: &[u32] = if missing.is_empty() { &present } else { &[] };
         for &shard in borrowing_shards {
             for (request, user) in self
@@ -216,13 +240,20 @@ impl Reconciler {
                 r.borrows_finished += 1;
             }
         }
-        let fresh: HashSet<String> = to_redrive.iter().map(|g| g.grant_id.clone()).collect();
+        let mut outboxes = Vec::new();
         for &shard in &present {
-            let entries = self.ports.repair.outbox(coupon, shard).await?;
+            outboxes.push((shard, self.ports.repair.outbox(coupon, shard).await?));
+        }
+
+        // 3. DynamoDB, last: what confirms the entries, then the counters.
+        let rejections = self.ports.facts.rejections(coupon).await?;
+        let rejected_ids: HashSet<&str> = rejections.iter().map(|g| g.grant_id.as_str()).collect();
+        let fresh: HashSet<String> = to_redrive.iter().map(|g| g.grant_id.clone()).collect();
+        for (shard, entries) in &outboxes {
             let grants: Vec<Grant> = entries.iter().map(|e| e.grant.clone()).collect();
             let issued = self.ports.facts.issued_grants(&grants).await?;
             let mut confirmed = Vec::new();
-            for entry in &entries {
+            for entry in entries {
                 let id = entry.grant.grant_id.as_str();
                 if issued.contains(id) || rejected_ids.contains(id) {
                     confirmed.push(entry.seq);
@@ -234,9 +265,11 @@ impl Reconciler {
                     }
                 }
             }
-            self.ports.repair.trim(coupon, shard, &confirmed).await?;
+            self.ports.repair.trim(coupon, *shard, &confirmed).await?;
             r.trimmed += confirmed.len() as u64;
         }
+        r.rejected = rejections.len() as u64;
+        r.issued = self.ports.facts.issued(coupon).await?;
         if !to_redrive.is_empty() {
             match self.ports.redrive.redrive(&to_redrive).await {
                 Ok(n) => r.redriven = n as u64,
@@ -245,7 +278,7 @@ impl Reconciler {
         }
 
         if !missing.is_empty() && now < def.grab_end_ms {
-            self.rebuild(def, &present, &missing, &mut r, now).await?;
+            self.rebuild(&stored, held, &missing, &mut r, now).await?;
         } else if !missing.is_empty() {
             r.causes.push(format!(
                 "{} shard(s) have no Redis state; the window is over, so they are not rebuilt",
@@ -261,6 +294,34 @@ impl Reconciler {
         }
         figures::balance(&mut r);
         Ok(r)
+    }
+
+    /// Applies the stored definition to shards still on an older version,
+    /// in the same two phases as an operator's change (settings and stock
+    /// everywhere, then every epoch). A shard already current costs one
+    /// script call that changes nothing.
+    async fn heal_settings(
+        &self,
+        stored: &StoredCoupon,
+        shards: &[u32],
+        r: &mut CouponReport,
+    ) -> Result<(), StoreError> {
+        let mut healed = 0;
+        for &shard in shards {
+            if self.ports.live.apply_shard(stored, shard).await? == ShardApply::Applied {
+                healed += 1;
+            }
+        }
+        if healed > 0 {
+            for shard in 0..stored.definition.shards {
+                self.ports.live.bump_epoch(&stored.definition.coupon_id, shard).await?;
+            }
+            r.causes.push(format!(
+                "{healed} shard(s) were behind the stored definition (version {}); applied",
+                stored.version
+            ));
+        }
+        Ok(())
     }
 
     async fn finish_stale_borrow(
@@ -305,19 +366,20 @@ impl Reconciler {
 
     async fn rebuild(
         &self,
-        def: &CouponDefinition,
-        present: &[u32],
+        stored: &StoredCoupon,
+        held: i64,
         missing: &[u32],
         r: &mut CouponReport,
         now: i64,
     ) -> Result<(), StoreError> {
+        let def = &stored.definition;
         let coupon = &def.coupon_id;
-        let mut held = 0i64;
-        for &shard in present {
-            held += self.ports.repair.shard_stock(coupon, shard).await?.unwrap_or(0);
-        }
         let restorable = figures::restorable(def.total_stock, held, r);
         let holdings = self.ports.facts.holdings(coupon).await?;
+        // The definition as it is now: a change made during this pass (an
+        // operator took the coupon offline, added stock) is what the lost
+        // shards come back with, at its version, never an older one.
+        let latest = self.ports.facts.stored(coupon).await?.unwrap_or_else(|| stored.clone());
         let mut restored = 0;
         for (&shard, share) in missing.iter().zip(figures::split(restorable, missing.len())) {
             let holders: Vec<(UserId, u32)> = holdings
@@ -332,7 +394,7 @@ impl Reconciler {
             if self
                 .ports
                 .repair
-                .restore_shard(def, shard, share, seq_base, &holders, now)
+                .restore_shard(&latest, shard, share, seq_base, &holders, now)
                 .await?
             {
                 r.shards_rebuilt += 1;
@@ -340,6 +402,12 @@ impl Reconciler {
             }
         }
         if r.shards_rebuilt > 0 {
+            // A change committed after `latest` was read found these shards
+            // missing: apply whatever is stored now (a no-op if nothing moved).
+            let now_stored = self.ports.facts.stored(coupon).await?.unwrap_or(latest);
+            for &shard in missing {
+                self.ports.live.apply_shard(&now_stored, shard).await?;
+            }
             for shard in 0..def.shards {
                 self.ports.repair.bump_epoch(coupon, shard).await?;
             }

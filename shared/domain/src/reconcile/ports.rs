@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use async_trait::async_trait;
 
-use crate::coupon::CouponDefinition;
+use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::{PublishError, StoreError};
 use crate::grant::Grant;
 use crate::ids::{CouponId, RequestId, UserId};
@@ -34,6 +34,9 @@ pub struct RejectedGrant {
 pub trait DurableFacts: Send + Sync {
     /// Every coupon definition.
     async fn definitions(&self) -> Result<Vec<CouponDefinition>, StoreError>;
+    /// The coupon's definition and version now (a consistent read), so a
+    /// pass acts on what operators decided last, not when the pass began.
+    async fn stored(&self, coupon: &CouponId) -> Result<Option<StoredCoupon>, StoreError>;
     /// Units issued so far (the capped counters, summed).
     async fn issued(&self, coupon: &CouponId) -> Result<u64, StoreError>;
     /// Every rejected grant of the coupon.
@@ -58,12 +61,13 @@ pub trait StockRepair: Send + Sync {
     async fn outbox(&self, coupon: &CouponId, shard: u32) -> Result<Vec<OutboxEntry>, StoreError>;
     /// Deletes confirmed entries.
     async fn trim(&self, coupon: &CouponId, shard: u32, seqs: &[u64]) -> Result<(), StoreError>;
-    /// Rebuilds a lost shard: per-user counts first, then its definition and
-    /// `stock`, which reopens it. Never touches a shard that has state.
+    /// Rebuilds a lost shard: per-user counts first, then its definition (at
+    /// its stored version, so an older change can never be applied over it)
+    /// and `stock`, which reopens it. Never touches a shard that has state.
     /// `Ok(false)` if the shard had state (another run rebuilt it).
     async fn restore_shard(
         &self,
-        def: &CouponDefinition,
+        coupon: &StoredCoupon,
         shard: u32,
         stock: u64,
         seq_base: u64,

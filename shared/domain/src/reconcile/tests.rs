@@ -8,6 +8,7 @@ use crate::clock::ManualClock;
 use crate::coupon::CouponStatus;
 use crate::ids::{CouponId, RequestId};
 use crate::metrics::RecordingMetrics;
+use crate::reconcile::ports::OutboxEntry;
 use crate::testing::{FakeRedrive, MemoryFacts, MemoryShards, ScriptedLedger};
 
 const NOW: i64 = 1_000_000;
@@ -32,6 +33,7 @@ fn world() -> World {
             redrive: queue.clone(),
             blacklist: facts.clone(),
             flags: shards.clone(),
+            live: shards.clone(),
             clock: Arc::new(ManualClock::new(NOW)),
             metrics: Arc::new(RecordingMetrics::default()),
         },
@@ -181,4 +183,77 @@ async fn a_run_visits_live_coupons_and_skips_those_past_retention() {
     assert_eq!(report.coupons.len(), 1);
     assert!(find(&report, &live.coupon_id).is_some());
     assert!(report.is_clean());
+}
+
+/// A grab that takes a unit after the pass has read the outboxes: reading
+/// the surviving stock first counts it (as stock); reading it last, as the
+/// pass once did, counted it nowhere, and the rebuild sold it again.
+#[tokio::test]
+async fn a_unit_granted_while_the_pass_reads_is_never_restored_a_second_time() {
+    let w = world();
+    let def = coupon(10, 2);
+    w.shards.put(&def.coupon_id, 0, 5); // shard 1 is lost
+    let late = grant(1, 0, "late", NOW);
+    let moved = late.clone();
+    *w.shards.after_outbox_read.lock().unwrap() = Some(Box::new(move |shards| {
+        let s = shards.get_mut(&(moved.coupon_id.clone(), 0)).unwrap();
+        s.stock -= 1;
+        s.outbox.push(OutboxEntry { seq: 1, grant: moved });
+    }));
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    let shard0 = w.shards.state(&def.coupon_id, 0).unwrap().stock as u64;
+    assert_eq!(shard0, 4);
+    let late_grant = 1;
+    let accounted = r.restored + shard0 + late_grant;
+    assert!(
+        accounted <= def.total_stock,
+        "restored {} + left {shard0} + the late grant must fit the stock",
+        r.restored
+    );
+}
+
+#[tokio::test]
+async fn a_shard_behind_the_stored_definition_is_brought_up_to_it() {
+    let w = world();
+    let mut def = coupon(10, 2);
+    def.status = CouponStatus::Offline;
+    w.facts.definitions.lock().unwrap().push(def.clone());
+    w.facts.versions.lock().unwrap().insert(def.coupon_id.clone(), 3);
+    w.shards.put(&def.coupon_id, 0, 5);
+    w.shards.put(&def.coupon_id, 1, 5);
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    for shard in 0..2 {
+        let s = w.shards.state(&def.coupon_id, shard).unwrap();
+        assert_eq!((s.version, s.status), (3, Some(CouponStatus::Offline)), "shard {shard}");
+        assert_eq!(s.epochs, 1, "two phases: every epoch after every shard");
+    }
+    assert!(r.causes.iter().any(|c| c.contains("behind the stored definition")));
+    let again = w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert!(
+        again.causes.is_empty(),
+        "a current shard is left alone: {:?}",
+        again.causes
+    );
+}
+
+#[tokio::test]
+async fn a_lost_shard_comes_back_with_the_definition_stored_now() {
+    let w = world();
+    let def = coupon(10, 2);
+    // The pass was handed the definition as it was when the run began; an
+    // operator has since taken the coupon offline (version 2).
+    let mut offline = def.clone();
+    offline.status = CouponStatus::Offline;
+    w.facts.definitions.lock().unwrap().push(offline);
+    w.facts.versions.lock().unwrap().insert(def.coupon_id.clone(), 2);
+    w.shards.put(&def.coupon_id, 0, 5);
+
+    w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    let rebuilt = w.shards.state(&def.coupon_id, 1).expect("rebuilt");
+    assert_eq!((rebuilt.version, rebuilt.status), (2, Some(CouponStatus::Offline)));
 }

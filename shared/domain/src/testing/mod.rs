@@ -12,5 +12,5 @@ mod reconcile;
 mod wallet;
 
 pub use grab::{AllowAll, CountingQueue, FakeQueue, FakeRisk, ScriptedLedger, Silent};
-pub use reconcile::{FakeRedrive, MemoryFacts, MemoryShards, ShardState};
+pub use reconcile::{FakeRedrive, MemoryFacts, MemoryShards, ShardState, ShardsHook};
 pub use wallet::{MemoryOutbox, MemoryWallet};

@@ -7,9 +7,9 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::admin::AuditEntry;
+use crate::admin::{AuditEntry, LiveSettings, ShardApply};
 use crate::blacklist::{BlacklistFlags, BlacklistRecord};
-use crate::coupon::CouponDefinition;
+use crate::coupon::{CouponDefinition, CouponStatus, StoredCoupon};
 use crate::error::{PublishError, StoreError};
 use crate::grant::Grant;
 use crate::ids::{CouponId, RequestId, UserId};
@@ -36,6 +36,8 @@ pub struct MemoryFacts {
     /// Users taken off the list right after their flag is restored (an
     /// operator's removal racing the reconciler).
     pub lift_after_restore: Mutex<HashSet<UserId>>,
+    /// Definition versions (0 when absent).
+    pub versions: Mutex<HashMap<CouponId, u64>>,
 }
 
 impl MemoryFacts {
@@ -58,6 +60,17 @@ impl MemoryFacts {
 impl DurableFacts for MemoryFacts {
     async fn definitions(&self) -> Result<Vec<CouponDefinition>, StoreError> {
         Ok(self.definitions.lock().unwrap().clone())
+    }
+    async fn stored(&self, coupon: &CouponId) -> Result<Option<StoredCoupon>, StoreError> {
+        let def = self
+            .definitions
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|d| &d.coupon_id == coupon)
+            .cloned();
+        let version = self.versions.lock().unwrap().get(coupon).copied().unwrap_or(0);
+        Ok(def.map(|definition| StoredCoupon { definition, version }))
     }
     async fn issued(&self, coupon: &CouponId) -> Result<u64, StoreError> {
         Ok(self.issued.lock().unwrap().get(coupon).copied().unwrap_or(0))
@@ -112,6 +125,10 @@ impl BlacklistRecord for MemoryFacts {
 pub struct ShardState {
     /// Remaining stock.
     pub stock: i64,
+    /// The definition version applied.
+    pub version: u64,
+    /// The status applied.
+    pub status: Option<CouponStatus>,
     /// Outbox entries, oldest first.
     pub outbox: Vec<OutboxEntry>,
     /// Times its sold-out epoch was bumped.
@@ -119,6 +136,10 @@ pub struct ShardState {
     /// Per-user claim counts (set by a restore).
     pub users: Vec<(UserId, u32)>,
 }
+
+/// A change to the shards made at a chosen moment of a pass: what a grab or
+/// the issuer does while the reconciler reads.
+pub type ShardsHook = Box<dyn FnOnce(&mut HashMap<(CouponId, u32), ShardState>) + Send>;
 
 /// Redis shards and blacklist flags in memory. A shard absent from the map
 /// has lost its state.
@@ -128,6 +149,8 @@ pub struct MemoryShards {
     pub shards: Mutex<HashMap<(CouponId, u32), ShardState>>,
     /// Users whose blacklist flag is set.
     pub flags: Mutex<HashSet<UserId>>,
+    /// Runs once, right after the first outbox read of a pass.
+    pub after_outbox_read: Mutex<Option<ShardsHook>>,
 }
 
 impl MemoryShards {
@@ -167,7 +190,11 @@ impl StockRepair for MemoryShards {
         Ok(self.state(coupon, shard).map(|s| s.stock))
     }
     async fn outbox(&self, coupon: &CouponId, shard: u32) -> Result<Vec<OutboxEntry>, StoreError> {
-        Ok(self.state(coupon, shard).map(|s| s.outbox).unwrap_or_default())
+        let entries = self.state(coupon, shard).map(|s| s.outbox).unwrap_or_default();
+        if let Some(hook) = self.after_outbox_read.lock().unwrap().take() {
+            hook(&mut self.shards.lock().unwrap());
+        }
+        Ok(entries)
     }
     async fn trim(&self, coupon: &CouponId, shard: u32, seqs: &[u64]) -> Result<(), StoreError> {
         if let Some(s) = self.shards.lock().unwrap().get_mut(&(coupon.clone(), shard)) {
@@ -177,7 +204,7 @@ impl StockRepair for MemoryShards {
     }
     async fn restore_shard(
         &self,
-        def: &CouponDefinition,
+        coupon: &StoredCoupon,
         shard: u32,
         stock: u64,
         _seq_base: u64,
@@ -185,7 +212,7 @@ impl StockRepair for MemoryShards {
         _now_ms: i64,
     ) -> Result<bool, StoreError> {
         let mut shards = self.shards.lock().unwrap();
-        let key = (def.coupon_id.clone(), shard);
+        let key = (coupon.definition.coupon_id.clone(), shard);
         if shards.contains_key(&key) {
             return Ok(false);
         }
@@ -194,6 +221,8 @@ impl StockRepair for MemoryShards {
             ShardState {
                 stock: stock as i64,
                 users: holders.to_vec(),
+                version: coupon.version,
+                status: Some(coupon.definition.status),
                 ..ShardState::default()
             },
         );
@@ -207,6 +236,25 @@ impl StockRepair for MemoryShards {
     }
     async fn stale_borrows(&self, _: &CouponId, _: u32, _: i64) -> Result<Vec<(RequestId, UserId)>, StoreError> {
         Ok(Vec::new())
+    }
+}
+
+#[async_trait]
+impl LiveSettings for MemoryShards {
+    async fn apply_shard(&self, coupon: &StoredCoupon, shard: u32) -> Result<ShardApply, StoreError> {
+        let mut shards = self.shards.lock().unwrap();
+        let Some(s) = shards.get_mut(&(coupon.definition.coupon_id.clone(), shard)) else {
+            return Ok(ShardApply::Missing);
+        };
+        if s.version >= coupon.version {
+            return Ok(ShardApply::Current);
+        }
+        s.version = coupon.version;
+        s.status = Some(coupon.definition.status);
+        Ok(ShardApply::Applied)
+    }
+    async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {
+        StockRepair::bump_epoch(self, coupon, shard).await
     }
 }
 
