@@ -189,6 +189,16 @@ def test_the_alarms_watch_what_the_design_says():
     assert '"ReconcileDriftTotal"' in text and '"GrantRejected"' in text
 
 
+def test_a_win_waits_for_a_replica_in_aws():
+    """A SUCCESS survives a failover: the grab waits for a replica's
+    acknowledgement, and every shard has a replica to give it."""
+    resources = template()["Resources"]
+    env = resources["GrabFunction"]["Properties"]["Environment"]["Variables"]
+    assert int(env["REDIS_REPLICA_ACKS"]) >= 1
+    replicas = template()["Parameters"]["RedisReplicasPerShard"]
+    assert replicas["MinValue"] >= int(env["REDIS_REPLICA_ACKS"])
+
+
 def test_no_http_function_trusts_identity_headers_in_aws():
     resources = template()["Resources"]
     for name in ("GrabFunction", "WalletFunction"):

@@ -10,6 +10,7 @@ mod bad_input;
 mod bodies;
 mod cluster;
 mod elasticache;
+mod failover;
 mod flash_sale;
 mod hostile;
 mod identity;

@@ -82,6 +82,8 @@ fn redis_settings(url: &str, cluster: bool) -> RedisSettings {
         cluster,
         auth_secret_arn: None,
         idempotency_ttl_secs: 3_600,
+        replica_acks: 0,
+        replica_ack_timeout_ms: 100,
     }
 }
 

@@ -92,6 +92,9 @@ async fn grab(app: &GrabApp, req: &Request, raw_coupon: &str) -> Reply {
         Ok(outcome) => outcome_reply(&outcome),
         Err(GrabError::Unavailable(e)) => Reply::busy("grab undecided", &e),
         Err(GrabError::NotQueued(e)) => Reply::busy("grant won but not queued; the retry sends it", &e),
+        Err(e @ GrabError::NotReplicated) => {
+            Reply::busy("grant won but not yet on a replica; the retry waits again", &e)
+        }
     }
 }
 

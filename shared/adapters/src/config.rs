@@ -28,6 +28,13 @@ pub struct RedisSettings {
     /// kept in Redis. Every function that writes request records (the grab,
     /// and the reconciler finishing a borrow) reads the same setting.
     pub idempotency_ttl_secs: u64,
+    /// `REDIS_REPLICA_ACKS` (0): replicas that must hold a winning decision
+    /// before the grab answers SUCCESS (Redis `WAIT`), so a failover to a
+    /// replica cannot roll it back. 0 for a server without replicas (local).
+    pub replica_acks: u32,
+    /// `REDIS_REPLICA_ACK_TIMEOUT_MS` (100): how long a win waits for those
+    /// acknowledgements before answering BUSY (the retry waits again).
+    pub replica_ack_timeout_ms: u64,
 }
 
 impl fmt::Debug for RedisSettings {
@@ -40,6 +47,8 @@ impl fmt::Debug for RedisSettings {
             .field("cluster", &self.cluster)
             .field("auth_secret_arn", &self.auth_secret_arn)
             .field("idempotency_ttl_secs", &self.idempotency_ttl_secs)
+            .field("replica_acks", &self.replica_acks)
+            .field("replica_ack_timeout_ms", &self.replica_ack_timeout_ms)
             .finish()
     }
 }
@@ -48,7 +57,8 @@ impl RedisSettings {
     /// `REDIS_URL`, or `REDIS_HOST` with `REDIS_PORT` (6379) and `REDIS_TLS`
     /// (true) as a deployment sets them from the ElastiCache resource; then
     /// `REDIS_KEY_PREFIX`, `REDIS_TIMEOUT_MS`, `REDIS_CONNECT_TIMEOUT_MS`,
-    /// `REDIS_CLUSTER`, `REDIS_AUTH_SECRET_ARN`, `IDEMPOTENCY_TTL_SECS`.
+    /// `REDIS_CLUSTER`, `REDIS_AUTH_SECRET_ARN`, `IDEMPOTENCY_TTL_SECS`,
+    /// `REDIS_REPLICA_ACKS`, `REDIS_REPLICA_ACK_TIMEOUT_MS`.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         match Self::url_from_parts(env)? {
             Some(url) => Self::with_url(env, url),
@@ -116,6 +126,8 @@ impl RedisSettings {
             cluster: env.flag("REDIS_CLUSTER", false)?,
             auth_secret_arn: env.optional("REDIS_AUTH_SECRET_ARN"),
             idempotency_ttl_secs: env.number("IDEMPOTENCY_TTL_SECS", 86_400, 60..=30 * 86_400)?,
+            replica_acks: env.number("REDIS_REPLICA_ACKS", 0, 0..=5)?,
+            replica_ack_timeout_ms: env.number("REDIS_REPLICA_ACK_TIMEOUT_MS", 100, 1..=5_000)?,
         })
     }
 }

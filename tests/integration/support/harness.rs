@@ -31,6 +31,13 @@ pub struct Options {
     pub max_body_bytes: usize,
     /// Run against the local 3-master Redis Cluster instead of one server.
     pub cluster: bool,
+    /// Another Redis (a test's own master/replica pair), by URL.
+    pub redis_url: Option<String>,
+    /// Reuse this key prefix (a harness taking over another's data after a
+    /// failover); `None`: a fresh one.
+    pub key_prefix: Option<String>,
+    /// Replicas that must acknowledge a win (`REDIS_REPLICA_ACKS`).
+    pub replica_acks: u32,
 }
 
 impl Default for Options {
@@ -46,6 +53,9 @@ impl Default for Options {
             trust_identity_headers: false,
             max_body_bytes: 4_096,
             cluster: false,
+            redis_url: None,
+            key_prefix: None,
+            replica_acks: 0,
         }
     }
 }
@@ -93,17 +103,19 @@ impl Harness {
             None => stack.new_queue().await,
         };
         let redis_settings = RedisSettings {
-            url: if opts.cluster {
-                stack.redis_cluster_url.clone()
-            } else {
-                stack.redis_url.clone()
+            url: match (&opts.redis_url, opts.cluster) {
+                (Some(url), _) => url.clone(),
+                (None, true) => stack.redis_cluster_url.clone(),
+                (None, false) => stack.redis_url.clone(),
             },
-            key_prefix: format!("{}:", unique("t")),
+            key_prefix: opts.key_prefix.clone().unwrap_or_else(|| format!("{}:", unique("t"))),
             response_timeout_ms: 2_000,
             connect_timeout_ms: 2_000,
             cluster: opts.cluster,
             auth_secret_arn: None,
             idempotency_ttl_secs: 86_400,
+            replica_acks: opts.replica_acks,
+            replica_ack_timeout_ms: 200,
         };
         let redis = Redis::connect(&redis_settings)
             .await

@@ -10,16 +10,19 @@
 //! - [`issue`]: the issuer and the SQS event source mapping's part.
 //! - [`reconcile`]: the reconciler, narrowed to the harness's coupons.
 //! - [`wallet`], [`admin`]: those functions on the harness's stores.
+//! - [`replica`]: a primary and a replica of the test's own, for failover.
 
 mod admin;
 mod events;
 mod harness;
 mod issue;
 mod reconcile;
+mod replica;
 mod stack;
 mod wallet;
 
 pub use admin::admin_send_to;
 pub use events::{send, sqs_event, Event, Resp};
 pub use harness::{Harness, Options};
+pub use replica::ReplicaPair;
 pub use stack::{unique, Stack, HOUR, T0};

@@ -61,6 +61,8 @@ pub struct Redis {
     pub(super) conn: RedisConnection,
     pub(super) keys: KeySpace,
     pub(super) outcome_ttl_ms: u64,
+    pub(super) replica_acks: u32,
+    pub(super) replica_ack_timeout_ms: u64,
 }
 
 impl Redis {
@@ -93,6 +95,8 @@ impl Redis {
             conn,
             keys: KeySpace::new(settings.key_prefix.clone()),
             outcome_ttl_ms: settings.idempotency_ttl_secs.saturating_mul(1000),
+            replica_acks: settings.replica_acks,
+            replica_ack_timeout_ms: settings.replica_ack_timeout_ms,
         })
     }
 

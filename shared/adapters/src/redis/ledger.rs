@@ -148,4 +148,27 @@ impl StockLedger for RedisLedger {
         let record: Option<String> = conn.get(key).await.map_err(unavailable)?;
         record.map(|r| parse_recorded("GET request", &r)).transpose()
     }
+
+    async fn replicated(&self, coupon: &CouponId, shard: u32) -> Result<bool, StoreError> {
+        let wanted = self.redis.replica_acks;
+        if wanted == 0 {
+            return Ok(true);
+        }
+        // WAIT has no key; sent in one pipeline behind a read of the
+        // shard's meta key, it reaches the node that owns the shard's slot
+        // (on a cluster, the pipeline is routed by its first keyed command).
+        // It counts the replicas that acknowledged every earlier write of
+        // this connection, the win's script included.
+        let mut conn = self.redis.conn.clone();
+        let (_, acked): (i64, i64) = redis::pipe()
+            .cmd("EXISTS")
+            .arg(self.redis.keys.shard(coupon, shard).meta())
+            .cmd("WAIT")
+            .arg(wanted)
+            .arg(self.redis.replica_ack_timeout_ms)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(acked >= i64::from(wanted))
+    }
 }

@@ -12,7 +12,8 @@
 //! 4. Only if the home shard is empty while others may not be: borrow from
 //!    the other shards in a fixed order (at most `shards - 1` calls), then
 //!    settle on the home shard. SOLD_OUT only when every shard was empty.
-//! 5. Winners: one SQS send, and only then SUCCESS. A failed send answers
+//! 5. Winners: a replica acknowledges the decision (Redis `WAIT`, when
+//!    replicas are required), then one SQS send, and only then SUCCESS. A failed send answers
 //!    [`GrabError::NotQueued`] (BUSY, retry): the grant stays in the outbox
 //!    and the risk hold stays held, and the client's retry with the same
 //!    request id replays the win and sends it again (the issuer absorbs
@@ -64,6 +65,11 @@ pub struct GrabRequest {
 /// A grab could not be decided; the client should retry with the same id.
 #[derive(Debug, thiserror::Error)]
 pub enum GrabError {
+    /// The grab won but no replica acknowledged the decision in time: a
+    /// failover now could roll it back, so the user must not hear SUCCESS
+    /// yet. Nothing was sent; the retry replays the win and waits again.
+    #[error("grant won but not yet on a replica")]
+    NotReplicated,
     /// The grab won but the queue did not take the grant: the user must not
     /// hear SUCCESS yet. The grant stays in the outbox; a retry with the
     /// same request id replays the win and sends it again.
@@ -157,7 +163,7 @@ impl GrabService {
             // sell-out must not hear SOLD_OUT when it retries.
             match self.ledger.recorded(&claim).await? {
                 None => return Ok(rejected(Rejection::SoldOut, false)),
-                Some(Recorded::Won(rec)) => return self.won(req, rec, true).await,
+                Some(Recorded::Won(rec)) => return self.won(req, claim.home_shard, rec, true).await,
                 Some(Recorded::SoldOut) => return Ok(rejected(Rejection::SoldOut, true)),
                 // A borrow interrupted before the sell-out: finish it below.
                 Some(Recorded::Borrowing { .. }) => {}
@@ -167,7 +173,7 @@ impl GrabService {
                 RiskDecision::Allowed(h) => hold = Some(h),
                 RiskDecision::Refused(reason) => match self.ledger.recorded(&claim).await? {
                     // The win itself may be what filled the daily limit.
-                    Some(Recorded::Won(rec)) => return self.won(req, rec, true).await,
+                    Some(Recorded::Won(rec)) => return self.won(req, claim.home_shard, rec, true).await,
                     Some(Recorded::SoldOut) => return Ok(rejected(Rejection::SoldOut, true)),
                     // The interrupted first attempt holds the risk reservation.
                     Some(Recorded::Borrowing { .. }) => {}
@@ -193,7 +199,7 @@ impl GrabService {
             }
         }
         match decided.outcome {
-            Ok(rec) => self.won(req, rec, decided.replayed).await,
+            Ok(rec) => self.won(req, claim.home_shard, rec, decided.replayed).await,
             Err(reason) => {
                 // Learn a sell-out only from a decision made now: a replayed
                 // SOLD_OUT may be hours old and stock added since.
@@ -249,7 +255,29 @@ impl GrabService {
     /// A win is answered only once the queue took its grant: every win,
     /// replayed or not, is sent (the first send may have failed, or the
     /// process may have died before it), and the issuer absorbs repeats.
-    async fn won(&self, req: &GrabRequest, rec: GrantRecord, replayed: bool) -> Result<GrabOutcome, GrabError> {
+    async fn won(
+        &self,
+        req: &GrabRequest,
+        home: u32,
+        rec: GrantRecord,
+        replayed: bool,
+    ) -> Result<GrabOutcome, GrabError> {
+        // The request's record lives on the home shard, the unit and its
+        // outbox entry on the shard it came from: both must be on a replica.
+        let mut shards = vec![home];
+        if rec.shard != home {
+            shards.push(rec.shard);
+        }
+        for shard in shards {
+            if !self.ledger.replicated(&req.coupon, shard).await? {
+                warn!(
+                    shard,
+                    "win not acknowledged by a replica in time; the caller hears BUSY and retries"
+                );
+                self.metrics.count("GrantNotReplicated", None, 1);
+                return Err(GrabError::NotReplicated);
+            }
+        }
         let grant = rec.into_grant(req.coupon.clone(), req.user.clone(), req.request.clone());
         if let Err(e) = self.publisher.publish(&grant).await {
             warn!(grant = %grant.grant_id, error = %e, source = ?std::error::Error::source(&e),

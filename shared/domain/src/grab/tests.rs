@@ -157,7 +157,9 @@ async fn a_borrow_visits_donors_in_order_from_home_and_stops_at_the_first_win() 
             "claim".to_string(),
             format!("take:{first_donor}"),
             format!("take:{second_donor}"),
-            "settle".into()
+            "settle".into(),
+            format!("replicated:{home}"),
+            format!("replicated:{second_donor}"),
         ]
     );
     assert_eq!(w.queue.sent.lock().unwrap()[0].shard, second_donor);
@@ -293,4 +295,47 @@ async fn a_borrow_that_meets_a_lost_donor_shard_is_busy_and_stamps_nothing() {
         0,
         "undecided: the hold stays for the retry"
     );
+}
+
+#[tokio::test]
+async fn a_win_no_replica_acknowledged_is_busy_and_sends_nothing() {
+    let w = world(
+        ScriptedLedger {
+            shards: 1,
+            claim: Some(ClaimReply::Won(record("c-0-1", 0))),
+            unreplicated: true,
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    let outcome = w.service.grab(&request("u")).await;
+    assert!(matches!(outcome, Err(GrabError::NotReplicated)), "{outcome:?}");
+    assert!(
+        w.queue.sent.lock().unwrap().is_empty(),
+        "not sent before a replica holds it"
+    );
+    assert_eq!(*w.risk.released.lock().unwrap(), 0, "the hold stays for the retry");
+    assert_eq!(w.metrics.total("GrantNotReplicated"), 1);
+}
+
+#[tokio::test]
+async fn a_borrowed_win_waits_for_the_home_and_the_donor_shard() {
+    let user = "borrower";
+    let home = home_shard(&UserId::parse(user).unwrap(), 2);
+    let donor = (home + 1) % 2;
+    let w = world(
+        ScriptedLedger {
+            shards: 2,
+            claim: Some(ClaimReply::Borrow { ordinal: 1 }),
+            takes: HashMap::from([(donor, TakeReply::Won(record("c-x-1", donor)))]),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    w.service.grab(&request(user)).await.unwrap();
+    let calls = w.ledger.calls();
+    assert!(calls.contains(&format!("replicated:{home}")), "{calls:?}");
+    assert!(calls.contains(&format!("replicated:{donor}")), "{calls:?}");
 }

@@ -30,6 +30,8 @@ pub struct ScriptedLedger {
     pub recorded: Option<Recorded>,
     /// Claims fail as if Redis timed out.
     pub fail_claim: bool,
+    /// No replica acknowledges a win.
+    pub unreplicated: bool,
     /// Every call made, in order.
     pub calls: Mutex<Vec<String>>,
 }
@@ -69,6 +71,10 @@ impl StockLedger for ScriptedLedger {
     async fn recorded(&self, _: &Claim<'_>) -> Result<Option<Recorded>, StoreError> {
         self.log("recorded".into());
         Ok(self.recorded.clone())
+    }
+    async fn replicated(&self, _: &CouponId, shard: u32) -> Result<bool, StoreError> {
+        self.log(format!("replicated:{shard}"));
+        Ok(!self.unreplicated)
     }
 }
 

@@ -1,0 +1,125 @@
+//! A real primary and replica, started by a test and controlled by PID: the
+//! harness for faults a single redis-server cannot show (a replica that
+//! lags because it is stopped, a primary killed, the replica promoted).
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A redis-server process of the test's own, on a free loopback port.
+pub struct Server {
+    pub port: u16,
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl Server {
+    fn start(replica_of: Option<u16>) -> Self {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("coupon-replica-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("server dir");
+        let mut cmd = Command::new("redis-server");
+        cmd.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        if let Some(primary) = replica_of {
+            cmd.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
+        }
+        let child = cmd.spawn().expect("redis-server on the PATH (make stack installs it)");
+        let server = Self { port, child, dir };
+        server.wait_for(|info| info.contains("redis_version"), "to answer");
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Runs a command on this server, waiting for nothing else.
+    pub fn cmd(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Sends `signal` (STOP, CONT, KILL) to the process.
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill -{signal}");
+    }
+
+    fn wait_for(&self, ready: impl Fn(&str) -> bool, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if ready(&self.cmd(&["INFO"])) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("redis-server on {} did not come {what}", self.port);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A primary and one replica in sync.
+pub struct ReplicaPair {
+    pub primary: Server,
+    pub replica: Server,
+}
+
+impl ReplicaPair {
+    pub fn start() -> Self {
+        let primary = Server::start(None);
+        let replica = Server::start(Some(primary.port));
+        replica.wait_for(|info| info.contains("master_link_status:up"), "in sync");
+        primary.wait_for(|info| info.contains("connected_slaves:1"), "to see its replica");
+        Self { primary, replica }
+    }
+
+    /// The replica stops receiving (a partition between the two): it keeps
+    /// what it had, and every write the primary takes from now on exists on
+    /// the primary alone.
+    pub fn partition(&self) {
+        assert!(self.replica.cmd(&["REPLICAOF", "NO", "ONE"]).contains("OK"));
+        self.primary
+            .wait_for(|info| info.contains("connected_slaves:0"), "to lose its replica");
+    }
+
+    /// What a failover does after a partition: the primary dies, and the
+    /// replica, with whatever it had received, is the primary now.
+    pub fn fail_over(&self) {
+        self.primary.signal("KILL");
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("its address")
+        .port()
+}
