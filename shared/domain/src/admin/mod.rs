@@ -155,10 +155,12 @@ impl AdminService {
         }
         figures.issued = p.facts.issued(&def.coupon_id).await?;
         figures.rejected = p.facts.rejections(&def.coupon_id).await?.len() as u64;
-        figures.pending = i64::try_from(def.total_stock).unwrap_or(i64::MAX)
+        let derived = i64::try_from(def.total_stock).unwrap_or(i64::MAX)
             - figures.remaining
             - i64::try_from(figures.issued).unwrap_or(i64::MAX)
             - i64::try_from(figures.rejected).unwrap_or(i64::MAX);
+        figures.pending = derived.max(0) as u64;
+        figures.overgranted = derived.min(0).unsigned_abs();
         Ok(CouponView {
             coupon: stored.definition,
             version: stored.version,

@@ -155,8 +155,13 @@ pub struct CouponFigures {
     /// Won but refused by the durable ledger.
     pub rejected: u64,
     /// Won and not yet issued: `total - remaining - issued - rejected`
-    /// (derived; a reconciliation checks it against the outboxes).
-    pub pending: i64,
+    /// (derived; a reconciliation checks it against the outboxes), never
+    /// below zero.
+    pub pending: u64,
+    /// Units granted beyond the stock (only after Redis lost data and a
+    /// rebuild offered units still on their way): what `pending` would be
+    /// below zero. The DynamoDB cap rejects them; 0 in a healthy sale.
+    pub overgranted: u64,
     /// Shards with no Redis state (data loss not yet repaired).
     pub shards_missing: u32,
 }

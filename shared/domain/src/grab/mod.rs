@@ -218,6 +218,19 @@ impl GrabService {
         };
         Ok(match self.ledger.claim(claim).await? {
             ClaimReply::Won(rec) => fresh(Ok(rec)),
+            // The coupon is known (its shard count was read) but the home
+            // shard has no state: Redis lost it. Not "no such coupon": a
+            // retryable BUSY until the reconciler rebuilds the shard.
+            ClaimReply::Rejected(Rejection::NotFound) => {
+                warn!(
+                    shard = claim.home_shard,
+                    "home shard has no state; BUSY until it is rebuilt"
+                );
+                self.metrics.count("ShardMissing", None, 1);
+                return Err(StoreError::Unavailable(
+                    format!("shard {} of a known coupon has no state", claim.home_shard).into(),
+                ));
+            }
             ClaimReply::Rejected(reason) => fresh(Err(reason)),
             ClaimReply::Borrow { ordinal } => {
                 let outcome = self.borrow(claim, shards, ordinal).await?;

@@ -339,3 +339,19 @@ async fn a_borrowed_win_waits_for_the_home_and_the_donor_shard() {
     assert!(calls.contains(&format!("replicated:{home}")), "{calls:?}");
     assert!(calls.contains(&format!("replicated:{donor}")), "{calls:?}");
 }
+
+#[tokio::test]
+async fn a_known_coupon_whose_home_shard_lost_its_state_is_busy_not_not_found() {
+    let w = world(
+        ScriptedLedger {
+            shards: 2,
+            claim: Some(ClaimReply::Rejected(Rejection::NotFound)),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    let outcome = w.service.grab(&request("u")).await;
+    assert!(matches!(outcome, Err(GrabError::Unavailable(_))), "{outcome:?}");
+    assert_eq!(w.metrics.total("ShardMissing"), 1);
+}
