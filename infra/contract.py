@@ -177,12 +177,7 @@ def serve(endpoint, env_file):
     )
     proc = subprocess.Popen(
         # No reloads: files written during the run must not restart functions.
-        # DynamoDB calls get 30 s instead of 5: the emulator's transactions
-        # copy every table, and thousands of generated requests fill them, so
-        # a write can take longer than AWS ever would. The contract is about
-        # the answers, not the emulator's latency (a BUSY from a timeout
-        # would fail not_a_server_error).
-        ["bash", str(ROOT / "infra" / "serve.sh"), "--ignore-changes", "--env-var", "DDB_TIMEOUT_MS=30000"],
+        ["bash", str(ROOT / "infra" / "serve.sh"), "--ignore-changes"],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,

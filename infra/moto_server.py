@@ -9,11 +9,30 @@ launcher runs moto's own WSGI application and serializes DynamoDB requests
 (identified by their `X-Amz-Target`), which restores the semantics the code
 relies on; SQS and everything else stay concurrent.
 
+It also replaces moto's TransactWriteItems (moto 5.2.5, pinned in
+requirements.txt): moto deep-copies every table a transaction names before
+applying it, so each transaction costs as much as the whole table, and a
+long run (the contract test's thousands of generated calls, the demo)
+slows until calls time out. This one checks every condition first and
+applies only when all hold, keeping a copy of just the items it touches in
+case applying fails: the same all-or-nothing result, at the cost of the
+transaction's own items.
+
 Usage: moto_server.py [-H HOST] [-p PORT]
 """
 import argparse
+import copy
 import os
 import threading
+
+from moto.dynamodb.comparisons import get_filter_expression
+from moto.dynamodb.exceptions import (
+    MultipleTransactionsException,
+    TooManyTransactionsException,
+    TransactionCanceledException,
+    TransactWriteSingleOpException,
+)
+from moto.dynamodb.models import DynamoDBBackend
 
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
@@ -35,6 +54,84 @@ class SerializeDynamoDB:
         with self.lock:
             # Consume the whole response inside the lock.
             return list(self.app(environ, start_response))
+
+
+def transact_write_items(self, transact_items):
+    """All conditions checked against the current items, then all writes
+    applied; nothing written when any condition fails. Runs under the
+    launcher's DynamoDB lock, so nothing changes between the two phases."""
+    if len(transact_items) > 100:
+        raise TooManyTransactionsException()
+    targets = set()
+    planned = []
+    reasons = []
+    for entry in transact_items:
+        if len(entry) > 1:
+            raise TransactWriteSingleOpException
+        op_type, op = next(iter(entry.items()))
+        if op_type not in {"ConditionCheck", "Put", "Delete", "Update"}:
+            reasons.append(("ValidationError", "Unsupported transaction operation", None))
+            continue
+        table_name = op["TableName"]
+        table = self.get_table(table_name)
+        if op_type == "Put":
+            attrs = op["Item"]
+            key = {table.hash_key_attr: attrs[table.hash_key_attr]}
+            if table.range_key_attr is not None:
+                key[table.range_key_attr] = attrs[table.range_key_attr]
+        else:
+            key = op["Key"]
+        unique = (str(table_name), str(dict(sorted(key.items()))))
+        if unique in targets:
+            raise MultipleTransactionsException()
+        targets.add(unique)
+        current = self.get_item(table_name, key)
+        condition = op.get("ConditionExpression")
+        if condition is not None:
+            check = get_filter_expression(
+                condition, op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues")
+            )
+            if not check.expr(current):
+                old = None
+                if op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD" and current:
+                    old = current.to_json()["Attributes"]
+                reasons.append(("ConditionalCheckFailed", "The conditional request failed", old))
+                continue
+        reasons.append((None, None, None))
+        planned.append((op_type, op, table_name, key))
+    if any(code is not None for code, _, _ in reasons):
+        raise TransactionCanceledException(reasons)
+    applied = []
+    try:
+        for op_type, op, table_name, key in planned:
+            if op_type == "ConditionCheck":
+                continue
+            before = self.get_item(table_name, key)
+            applied.append((table_name, key, copy.deepcopy(before)))
+            names, values = op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues")
+            if op_type == "Put":
+                self.put_item(table_name, op["Item"])
+            elif op_type == "Delete":
+                self.delete_item(table_name, key)
+            else:
+                self.update_item(
+                    table_name,
+                    key,
+                    update_expression=op["UpdateExpression"],
+                    condition_expression=None,
+                    expression_attribute_names=names,
+                    expression_attribute_values=values,
+                )
+    except Exception:
+        for table_name, key, before in reversed(applied):
+            if before is None:
+                self.delete_item(table_name, key)
+            else:
+                self.put_item(table_name, before.to_json()["Attributes"])
+        raise
+
+
+DynamoDBBackend.transact_write_items = transact_write_items
 
 
 def main():

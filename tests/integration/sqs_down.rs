@@ -64,10 +64,10 @@ async fn a_winner_lost_with_redis_before_the_queue_took_it_was_never_told_succes
     let coupon = h.create(&def).await;
     let first = h.grab(&coupon, "first", "r1").await;
     h.flush_redis().await;
-    h.reconcile(&def).await;
 
     let queue = h.stack.new_queue().await;
     let h = h.with_queue(queue);
+    h.reconcile(&def).await;
     let second = h.grab(&coupon, "second", "r1").await;
     let retry = h.grab(&coupon, "first", "r1").await;
     h.pump().await;

@@ -98,4 +98,32 @@ impl coupon_domain::reconcile::ports::Redrive for SqsRedrive {
             .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages))
             .and_then(|v| v.parse().ok()))
     }
+
+    async fn in_flight(&self) -> Result<Option<u64>, PublishError> {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        let names = [
+            A::ApproximateNumberOfMessages,
+            A::ApproximateNumberOfMessagesNotVisible,
+            A::ApproximateNumberOfMessagesDelayed,
+        ];
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.queue_url)
+            .set_attribute_names(Some(names.to_vec()))
+            .send()
+            .await
+            .map_err(|e| PublishError(Box::new(e)))?;
+        let Some(attributes) = out.attributes() else {
+            return Ok(None);
+        };
+        let mut total = 0u64;
+        for name in &names {
+            match attributes.get(name).and_then(|v| v.parse::<u64>().ok()) {
+                Some(n) => total += n,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(total))
+    }
 }

@@ -15,7 +15,8 @@
 //!    or whose Lambda died after the Lua call).
 //! 3. Finishes borrows whose caller died (resumed exactly as a client retry
 //!    would: idempotent per user and ordinal).
-//! 4. Rebuilds lost shards from DynamoDB: per-user counts first, then stock
+//! 4. Rebuilds lost shards from DynamoDB, once the grant queue is empty
+//!    (every grant sent before the loss has reached DynamoDB): per-user counts first, then stock
 //!    (`total - issued - rejected - what surviving shards hold or owe`) under
 //!    the definition as stored at that moment, at its version, then
 //!    invalidates every shard's "sold out" stamp.
@@ -245,7 +246,24 @@ impl Reconciler {
             outboxes.push((shard, self.ports.repair.outbox(coupon, shard).await?));
         }
 
-        // 3. DynamoDB, last: what confirms the entries, then the counters.
+        // 3. The queue, when shards are lost: every grant sent before it is
+        // empty has reached DynamoDB (or the DLQ), so the counters read next
+        // know every unit the lost shards had handed out. Until then the
+        // shards stay missing (grabs answer BUSY) rather than reopen with
+        // units that are still on their way.
+        let in_flight = if missing.is_empty() {
+            Some(0)
+        } else {
+            match self.ports.redrive.in_flight().await {
+                Ok(n) => n,
+                Err(e) => {
+                    warn!(error = %e, "grant queue depth unknown; the rebuild waits");
+                    None
+                }
+            }
+        };
+
+        // 4. DynamoDB, last: what confirms the entries, then the counters.
         let rejections = self.ports.facts.rejections(coupon).await?;
         let rejected_ids: HashSet<&str> = rejections.iter().map(|g| g.grant_id.as_str()).collect();
         let fresh: HashSet<String> = to_redrive.iter().map(|g| g.grant_id.clone()).collect();
@@ -277,8 +295,19 @@ impl Reconciler {
             }
         }
 
-        if !missing.is_empty() && now < def.grab_end_ms {
+        if !missing.is_empty() && now < def.grab_end_ms && in_flight == Some(0) {
             self.rebuild(&stored, held, &missing, &mut r, now).await?;
+        } else if !missing.is_empty() && now < def.grab_end_ms {
+            r.causes.push(match in_flight {
+                Some(n) => format!(
+                    "{} shard(s) have no Redis state; rebuilt once the {n} grant(s) in the queue have reached DynamoDB",
+                    missing.len()
+                ),
+                None => format!(
+                    "{} shard(s) have no Redis state; the grant queue's depth is unknown, so the rebuild waits",
+                    missing.len()
+                ),
+            });
         } else if !missing.is_empty() {
             r.causes.push(format!(
                 "{} shard(s) have no Redis state; the window is over, so they are not rebuilt",

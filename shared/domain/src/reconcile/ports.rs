@@ -92,4 +92,9 @@ pub trait Redrive: Send + Sync {
     async fn redrive(&self, grants: &[Grant]) -> Result<usize, PublishError>;
     /// Messages waiting in the dead-letter queue, if known.
     async fn dlq_depth(&self) -> Result<Option<u64>, PublishError>;
+    /// Grants on their way to the issuer (waiting, being processed, or
+    /// delayed in the grant queue), if known. A rebuild after Redis lost
+    /// data waits for 0: until then, units may be on their way that no
+    /// store the rebuild can read knows of.
+    async fn in_flight(&self) -> Result<Option<u64>, PublishError>;
 }

@@ -257,3 +257,33 @@ async fn a_lost_shard_comes_back_with_the_definition_stored_now() {
     let rebuilt = w.shards.state(&def.coupon_id, 1).expect("rebuilt");
     assert_eq!((rebuilt.version, rebuilt.status), (2, Some(CouponStatus::Offline)));
 }
+
+/// Redis lost a shard while grants it made were still in the queue: the
+/// counters do not know those units yet, so reopening now would sell them
+/// again (and the issuer would reject one of each pair told SUCCESS).
+#[tokio::test]
+async fn a_lost_shard_is_rebuilt_only_once_the_queue_is_empty() {
+    let w = world();
+    let def = coupon(10, 1);
+    *w.queue.in_flight.lock().unwrap() = Some(3);
+
+    let waiting = w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert!(
+        w.shards.state(&def.coupon_id, 0).is_none(),
+        "still missing: grabs answer BUSY"
+    );
+    assert_eq!(waiting.shards_rebuilt, 0);
+    assert!(
+        waiting.causes.iter().any(|c| c.contains("3 grant(s) in the queue")),
+        "{:?}",
+        waiting.causes
+    );
+
+    // The issuer took the three grants; the queue is empty.
+    for seq in 1..=3 {
+        w.facts.issue(&grant(seq, 0, &format!("q{seq}"), NOW - 1_000));
+    }
+    *w.queue.in_flight.lock().unwrap() = Some(0);
+    let rebuilt = w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert_eq!((rebuilt.shards_rebuilt, rebuilt.restored), (1, 7));
+}

@@ -281,6 +281,8 @@ pub struct FakeRedrive {
     pub sent: Mutex<Vec<Grant>>,
     /// The dead-letter queue's depth to report.
     pub dlq_depth: Option<u64>,
+    /// Grants still on their way to the issuer (`None`: 0).
+    pub in_flight: Mutex<Option<u64>>,
 }
 
 #[async_trait]
@@ -291,5 +293,8 @@ impl Redrive for FakeRedrive {
     }
     async fn dlq_depth(&self) -> Result<Option<u64>, PublishError> {
         Ok(self.dlq_depth)
+    }
+    async fn in_flight(&self) -> Result<Option<u64>, PublishError> {
+        Ok(Some(self.in_flight.lock().unwrap().unwrap_or(0)))
     }
 }
