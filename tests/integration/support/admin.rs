@@ -5,10 +5,9 @@ use std::sync::Arc;
 use coupon_adapters::dynamodb::DynamoFacts;
 use coupon_domain::admin::AdminPorts;
 use coupon_domain::coupon::CouponDefinition;
-use lambda_http::Body;
 use serde_json::Value;
 
-use super::events::{Event, Resp};
+use super::events::{decode, request, Event, Resp};
 use super::harness::Harness;
 
 impl Harness {
@@ -75,14 +74,5 @@ impl Harness {
 
 /// Any event through an admin function built by [`Harness::admin_with`].
 pub async fn admin_send_to(app: &admin::AdminApp, event: Value) -> Resp {
-    let req = lambda_http::request::from_str(&event.to_string()).expect("a valid API Gateway event");
-    let resp = admin::handle(app, req).await.expect("infallible");
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let body = match resp.body() {
-        Body::Text(t) => serde_json::from_str(t).expect("JSON body"),
-        other => panic!("unexpected body {other:?}"),
-    };
-    assert!(status < 500 || status == 503, "no 5xx but BUSY: {status} {body}");
-    Resp { status, body, headers }
+    decode(admin::handle(app, request(&event)).await.expect("infallible"))
 }

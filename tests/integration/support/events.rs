@@ -46,8 +46,16 @@ pub fn sqs_event(messages: &[aws_sdk_sqs::types::Message]) -> SqsEvent {
 
 /// Sends an event through a handler (for concurrent use with a shared app).
 pub async fn send(app: &GrabApp, event: Value) -> Resp {
-    let req = lambda_http::request::from_str(&event.to_string()).expect("a valid API Gateway event");
-    let resp = grab::handle(app, req).await.expect("infallible");
+    decode(grab::handle(app, request(&event)).await.expect("infallible"))
+}
+
+/// An API Gateway event as the runtime hands it to a handler.
+pub fn request(event: &Value) -> lambda_http::Request {
+    lambda_http::request::from_str(&event.to_string()).expect("a valid API Gateway event")
+}
+
+/// A handler's response, decoded; no 5xx but BUSY, whatever was sent.
+pub fn decode(resp: lambda_http::Response<Body>) -> Resp {
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let body = match resp.body() {

@@ -4,9 +4,8 @@ use coupon_adapters::dynamodb::DynamoWallet;
 use coupon_domain::ids::UserId;
 use coupon_domain::issuance::UserCoupon;
 use coupon_domain::wallet::WalletStore;
-use lambda_http::Body;
 
-use super::events::{Event, Resp};
+use super::events::{decode, request, Event, Resp};
 use super::harness::Harness;
 
 impl Harness {
@@ -43,14 +42,10 @@ impl Harness {
     /// A GET through the wallet handler as `user`.
     pub async fn wallet_get(&self, path: &str, user: &str) -> Resp {
         let event = Event::grab("x", user, "r").method("GET").path(path).body("").build();
-        let req = lambda_http::request::from_str(&event.to_string()).expect("event");
-        let resp = wallet::handle(&self.wallet(), req).await.expect("infallible");
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let body = match resp.body() {
-            Body::Text(t) => serde_json::from_str(t).expect("JSON body"),
-            other => panic!("unexpected body {other:?}"),
-        };
-        Resp { status, body, headers }
+        decode(
+            wallet::handle(&self.wallet(), request(&event))
+                .await
+                .expect("infallible"),
+        )
     }
 }
