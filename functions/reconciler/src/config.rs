@@ -33,6 +33,10 @@ pub struct Config {
     pub grace_ms: i64,
     /// `RECONCILE_RETENTION_HOURS` (168): ended coupons are visited this long.
     pub retention_hours: i64,
+    /// `RECONCILE_BACKLOG_MS` (900000): while the grant queue holds
+    /// messages, pending grants younger than this are not re-driven (they
+    /// may be in the backlog); default visibility 180 s x 5 receives.
+    pub backlog_ms: i64,
     /// `METRICS_NAMESPACE` (`CouponGrab`).
     pub metrics_namespace: String,
 }
@@ -64,6 +68,7 @@ impl Config {
             aws: dynamodb_calls(env)?,
             grace_ms: env.number("RECONCILE_GRACE_MS", 30_000, 0..=86_400_000)?,
             retention_hours: env.number("RECONCILE_RETENTION_HOURS", 168, 1..=24 * 90)?,
+            backlog_ms: env.number("RECONCILE_BACKLOG_MS", 900_000, 0..=86_400_000)?,
             metrics_namespace: metrics_namespace(env),
         })
     }

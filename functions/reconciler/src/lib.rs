@@ -123,6 +123,7 @@ pub fn settings(config: &Config) -> ReconcileSettings {
     ReconcileSettings {
         grace_ms: config.grace_ms,
         retention_ms: config.retention_hours * 3_600_000,
+        backlog_ms: config.backlog_ms,
     }
 }
 

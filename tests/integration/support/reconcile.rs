@@ -29,6 +29,7 @@ impl Harness {
             aws: self.config.sqs,
             grace_ms: 30_000,
             retention_hours: 7 * 24,
+            backlog_ms: 900_000,
             metrics_namespace: "Test".into(),
         }
     }

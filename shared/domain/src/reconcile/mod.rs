@@ -65,6 +65,12 @@ pub struct ReconcileSettings {
     pub grace_ms: i64,
     /// Coupons whose window closed longer ago than this are not visited.
     pub retention_ms: i64,
+    /// While the grant queue holds messages, a pending outbox entry may be
+    /// one of them (a backlog the issuer has not reached): it is re-driven
+    /// only once older than this, so a normal backlog is not duplicated
+    /// every pass. With the queue empty, a pending entry was never sent and
+    /// is re-driven after `grace_ms`.
+    pub backlog_ms: i64,
 }
 
 impl Default for ReconcileSettings {
@@ -72,6 +78,7 @@ impl Default for ReconcileSettings {
         Self {
             grace_ms: 30_000,
             retention_ms: 7 * 86_400_000,
+            backlog_ms: 15 * 60_000,
         }
     }
 }
@@ -246,20 +253,17 @@ impl Reconciler {
             outboxes.push((shard, self.ports.repair.outbox(coupon, shard).await?));
         }
 
-        // 3. The queue, when shards are lost: every grant sent before it is
-        // empty has reached DynamoDB (or the DLQ), so the counters read next
-        // know every unit the lost shards had handed out. Until then the
-        // shards stay missing (grabs answer BUSY) rather than reopen with
-        // units that are still on their way.
-        let in_flight = if missing.is_empty() {
-            Some(0)
-        } else {
-            match self.ports.redrive.in_flight().await {
-                Ok(n) => n,
-                Err(e) => {
-                    warn!(error = %e, "grant queue depth unknown; the rebuild waits");
-                    None
-                }
+        // 3. The queue: how many grants are on their way. Every grant sent
+        // before it is empty has reached DynamoDB (or the DLQ), so the
+        // counters read next know every unit handed out. A rebuild waits for
+        // that (lost shards stay missing, grabs answer BUSY, rather than
+        // reopen with units still on their way), and so does the re-drive of
+        // young entries (one may be in the backlog).
+        let in_flight = match self.ports.redrive.in_flight().await {
+            Ok(n) => n,
+            Err(e) => {
+                warn!(error = %e, "grant queue depth unknown; rebuilds and early re-drives wait");
+                None
             }
         };
 
@@ -277,8 +281,13 @@ impl Reconciler {
                     confirmed.push(entry.seq);
                 } else {
                     r.pending += 1;
-                    let stale = entry.grant.granted_at_ms <= now - self.settings.grace_ms;
-                    if stale && !fresh.contains(id) {
+                    let age = now - entry.grant.granted_at_ms;
+                    let horizon = if in_flight == Some(0) {
+                        self.settings.grace_ms
+                    } else {
+                        self.settings.backlog_ms.max(self.settings.grace_ms)
+                    };
+                    if age >= horizon && !fresh.contains(id) {
                         to_redrive.push(entry.grant.clone());
                     }
                 }

@@ -40,6 +40,7 @@ fn world() -> World {
         ReconcileSettings {
             grace_ms: GRACE,
             retention_ms: 86_400_000,
+            backlog_ms: 600_000,
         },
     );
     World {
@@ -286,4 +287,27 @@ async fn a_lost_shard_is_rebuilt_only_once_the_queue_is_empty() {
     *w.queue.in_flight.lock().unwrap() = Some(0);
     let rebuilt = w.reconciler.coupon(&def, NOW).await.unwrap();
     assert_eq!((rebuilt.shards_rebuilt, rebuilt.restored), (1, 7));
+}
+
+/// A grant waiting in a normal queue backlog is not sent a second time every
+/// pass; once the queue is empty, one that DynamoDB still lacks was never
+/// sent, and goes at once.
+#[tokio::test]
+async fn a_pending_grant_is_re_driven_at_once_only_when_the_queue_is_empty() {
+    let w = world();
+    let def = coupon(10, 1);
+    w.shards.put(&def.coupon_id, 0, 9);
+    w.shards.push(&grant(1, 0, "waiting", NOW - 60_000));
+
+    *w.queue.in_flight.lock().unwrap() = Some(40);
+    let backlog = w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert_eq!((backlog.pending, backlog.redriven), (1, 0), "it may be in the backlog");
+
+    *w.queue.in_flight.lock().unwrap() = Some(0);
+    let empty = w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert_eq!((empty.pending, empty.redriven), (1, 1), "never sent: re-driven");
+
+    *w.queue.in_flight.lock().unwrap() = Some(40);
+    let old = w.reconciler.coupon(&def, NOW + 600_000).await.unwrap();
+    assert_eq!(old.redriven, 1, "past the backlog horizon it goes anyway");
 }
