@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := . infra/env.sh &&
 
-.PHONY: help setup stack build up demo pump down test test-rust test-infra test-contract bench lint fmt coupon
+.PHONY: help setup stack build up demo chaos pump down test test-rust test-infra test-contract test-chaos bench lint fmt coupon
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -25,6 +25,10 @@ demo: setup build ## The main job: a whole flash sale locally, with a report
 	@bash infra/stop.sh >/dev/null; bash infra/start.sh >/dev/null
 	@$(ENV) python infra/demo.py
 
+chaos: setup build ## One sale per fault (SQS down, crashes, Redis lost, ...): every SUCCESS is one coupon
+	@bash infra/stop.sh >/dev/null; bash infra/start.sh >/dev/null
+	@$(ENV) python infra/chaos.py $(CHAOS_ARGS)
+
 up: coupon ## Stack + demo coupon, then serve the functions on 127.0.0.1:$LAMBDA_PORT (9000)
 	@$(ENV) echo "grab: curl -X POST http://127.0.0.1:$$LAMBDA_PORT/lambda-url/grab/coupons/demo/grab \\"
 	@echo "        -H 'content-type: application/json' -H 'X-User-Id: alice' -d '{\"requestId\":\"press-1\"}'"
@@ -37,7 +41,7 @@ pump: ## Local SQS event source mapping + reconciler schedule (with make up)
 down: ## Stop what `make stack` started
 	@bash infra/stop.sh
 
-test: stack lint test-rust test-infra test-contract ## Everything CI runs: lint, Rust tests, infra checks, API contract
+test: stack lint test-rust test-infra test-contract test-chaos ## Everything CI runs: lint, Rust tests, infra checks, API contract, a short fault pass
 
 test-rust:
 	@$(ENV) cargo test --workspace --all-targets
@@ -46,6 +50,9 @@ test-infra:
 	@$(ENV) cfn-lint template.yaml
 	@$(ENV) SAM_CLI_TELEMETRY=0 sam validate --lint --region us-east-1 -t template.yaml >/dev/null
 	@$(ENV) python -m pytest -q infra/tests
+
+test-chaos: stack build ## The short pass of make chaos (four faults, small sales)
+	@$(ENV) python infra/chaos.py --short
 
 test-contract: stack build ## The served functions against docs/openapi.yaml (schemathesis)
 	@$(ENV) python infra/contract.py

@@ -11,6 +11,8 @@ _root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # a `make up` or the shared endpoint.
 : "${CONTRACT_LAMBDA_PORT:=9100}"
 : "${CONTRACT_AWS_PORT:=4567}"
+# `make chaos`: its own functions (with SQS behind a fault-injecting proxy).
+: "${CHAOS_LAMBDA_PORT:=9200}"
 # `make bench`: a dedicated redis-server and moto.
 : "${BENCH_REDIS_PORT:=6391}"
 : "${BENCH_AWS_PORT:=4568}"
@@ -23,7 +25,7 @@ _root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 : "${AWS_ACCESS_KEY_ID:=test}"
 : "${AWS_SECRET_ACCESS_KEY:=test}"
 : "${VENV:=${_root}/.venv}"
-export REDIS_PORT AWS_PORT LAMBDA_PORT CONTRACT_LAMBDA_PORT CONTRACT_AWS_PORT BENCH_REDIS_PORT BENCH_AWS_PORT REDIS_URL REDIS_CLUSTER_PORTS REDIS_CLUSTER_URL AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY VENV
+export REDIS_PORT AWS_PORT LAMBDA_PORT CONTRACT_LAMBDA_PORT CONTRACT_AWS_PORT CHAOS_LAMBDA_PORT BENCH_REDIS_PORT BENCH_AWS_PORT REDIS_URL REDIS_CLUSTER_PORTS REDIS_CLUSTER_URL AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY VENV
 # Queue URLs and table names as the endpoint reported them at provisioning.
 # STACK_ENV picks another set (the contract test provisions its own).
 : "${STACK_ENV:=${_root}/.local/stack.env}"
