@@ -24,24 +24,28 @@ exits non-zero otherwise.
     python infra/chaos.py                      every scenario
     python infra/chaos.py --only redis_flush   one (or a comma-separated list)
     python infra/chaos.py --short              the short pass CI runs
+    python infra/chaos.py --replica-acks 0     wins not acknowledged by a
+                                               replica: failover_rollback fails
 
-The faults are real ones on this machine: SQS sends refused at the wire (an
-HTTP proxy between the functions and the endpoint answers 503 to
-SendMessage), Redis flushed, stock added while presses run, the coupon
-created again after Redis lost it, every message delivered twice, two
-reconcilers at once, and poison messages on the grant queue. A failover to
-a lagging replica is reproduced with a real primary and replica by the
-integration tests (tests/integration/failover.rs), which stop and promote
-them; a grab process dying between its decision and its answer, by
-tests/integration/reconcile.rs (killing a function process under
-`cargo lambda watch` leaves the emulator's invoke API hanging, so it is not
-a scenario here yet).
+The faults are real ones on this machine (infra/faults.py): SQS sends
+refused at the wire (an HTTP proxy between the functions and the endpoint
+answers 503 to SendMessage); grab processes killed by PID while Redis's
+answer to them is held back at the endpoint (the grab runs under a minimal
+Lambda Runtime API that, like Lambda, fails the invocation and starts a
+fresh process); Redis flushed; a failover to a replica that lags (a real
+primary and replica: the replica stopped, the primary killed, the replica
+promoted and the endpoint moved to it); stock added while presses run; the
+coupon created again after Redis lost it; every message delivered twice;
+two reconcilers at once; poison messages on the grant queue.
+
+Redis for the run is its own primary and replica behind a TCP proxy that
+stands for ElastiCache's primary endpoint, and a win waits for one replica
+(REDIS_REPLICA_ACKS=1, as the template deploys it).
 """
 import argparse
 import collections
 import concurrent.futures
 import http.client
-import http.server
 import json
 import os
 import pathlib
@@ -57,6 +61,7 @@ import boto3
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import pump as pumpmod  # noqa: E402
+from faults import LambdaHost, RedisPair, SqsFaults, env_file  # noqa: E402
 from localenv import port  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -64,63 +69,13 @@ HOST = "127.0.0.1"
 PORT = port("CHAOS_LAMBDA_PORT")
 # The event pump invokes the issuer and the reconciler served here.
 pumpmod.LAMBDA = f"http://{HOST}:{PORT}"
-RETRYABLE = {"BUSY", "RATE_LIMITED", "TRANSPORT_ERROR", "EMULATOR_ERROR"}
+# A press is retried with the same request id on these: the service's own
+# retryable answers, a broken connection, and a 5xx without the service's
+# envelope (API Gateway's 502 when the function died, an emulator error).
+RETRYABLE = {"BUSY", "RATE_LIMITED", "TRANSPORT_ERROR", "GATEWAY_ERROR"}
 
 
-# ---------------------------------------------------------------- the wire
-
-class SqsFaults:
-    """An HTTP proxy for SQS between the functions and the local endpoint.
-    While `refusing` is set it answers SendMessage with 503, as SQS does
-    when it cannot take a message; everything else passes through."""
-
-    def __init__(self, upstream):
-        self.upstream = upstream.split("://", 1)[1]
-        self.refusing = threading.Event()
-        self.refused = 0
-        faults = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                try:
-                    self.relay()
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the caller went away (a retry, a shutdown)
-
-            def relay(self):
-                body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                target = self.headers.get("x-amz-target", "") + body[:200].decode("latin-1")
-                if faults.refusing.is_set() and "SendMessage" in target:
-                    faults.refused += 1
-                    payload = b'{"__type":"ServiceUnavailable","message":"chaos: SQS refuses sends"}'
-                    self.send_response(503)
-                    self.send_header("content-type", "application/x-amz-json-1.0")
-                    self.send_header("content-length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                    return
-                conn = http.client.HTTPConnection(faults.upstream, timeout=30)
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
-                conn.request("POST", self.path, body=body, headers=headers)
-                resp = conn.getresponse()
-                data = resp.read()
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
-                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
-                        self.send_header(k, v)
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = http.server.ThreadingHTTPServer((HOST, 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://{HOST}:{self.server.server_address[1]}"
-
+# ---------------------------------------------------------------- serving
 
 def refuse_if_taken(number):
     try:
@@ -130,13 +85,21 @@ def refuse_if_taken(number):
     sys.exit(f"CHAOS_LAMBDA_PORT={number} is in use by a process this run did not start; stop it or choose another")
 
 
-def serve(sqs_url):
-    """The functions under cargo lambda watch, with SQS behind the proxy."""
+def function_env(sqs_url, redis_url, replica_acks):
+    """What every function of the run sees beyond infra/local.env: Redis
+    through the failover endpoint, a win acknowledged by `replica_acks`
+    replicas (1, as the template deploys it), SQS behind the fault proxy."""
+    return {"REDIS_URL": redis_url, "REDIS_REPLICA_ACKS": str(replica_acks), "AWS_ENDPOINT_URL_SQS": sqs_url}
+
+
+def serve(extra):
+    """The functions under cargo lambda watch (as `make up` serves them)."""
     refuse_if_taken(PORT)
     log = open(ROOT / ".local" / "chaos-watch.log", "w")
-    env = dict(os.environ, LAMBDA_PORT=str(PORT))
+    env = dict(os.environ, LAMBDA_PORT=str(PORT), REDIS_URL=extra["REDIS_URL"])
+    flags = [arg for k, v in extra.items() if k != "REDIS_URL" for arg in ("--env-var", f"{k}={v}")]
     proc = subprocess.Popen(
-        ["bash", str(ROOT / "infra" / "serve.sh"), "--ignore-changes", "--env-var", f"AWS_ENDPOINT_URL_SQS={sqs_url}"],
+        ["bash", str(ROOT / "infra" / "serve.sh"), "--ignore-changes", *flags],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -154,6 +117,55 @@ def serve(sqs_url):
                 sys.exit(f"{function} did not come up; see {log.name}")
             time.sleep(1)
     return proc
+
+
+def grab_host(extra, environments=6):
+    """The grab binary under Lambda's process model (faults.LambdaHost),
+    for the scenario that kills it."""
+    env = dict(os.environ)
+    env.update(env_file(ROOT / "infra" / "local.env"))
+    env.update(extra)
+    env.update(AWS_LAMBDA_FUNCTION_NAME="grab", AWS_LAMBDA_FUNCTION_MEMORY_SIZE="512",
+               AWS_LAMBDA_FUNCTION_VERSION="$LATEST", AWS_LAMBDA_LOG_STREAM_NAME="chaos",
+               AWS_LAMBDA_LOG_GROUP_NAME="chaos")
+    log = open(ROOT / ".local" / "chaos-grab-host.log", "w")
+    return LambdaHost("grab", ROOT / "target" / "debug" / "grab", env, log, environments)
+
+
+TEMPLATE = json.loads((ROOT / "tests" / "fixtures" / "grab_jwt.json").read_text())
+
+
+def gateway_event(coupon, user, ip, body):
+    """The HTTP API event API Gateway sends for a press (JWT authorizer)."""
+    event = json.loads(json.dumps(TEMPLATE))
+    path = f"/coupons/{coupon}/grab"
+    event["rawPath"] = event["requestContext"]["http"]["path"] = path
+    event["pathParameters"] = {"couponId": coupon}
+    event["requestContext"]["authorizer"]["jwt"]["claims"]["sub"] = user
+    event["requestContext"]["http"]["sourceIp"] = ip
+    event["headers"]["x-forwarded-for"] = ip
+    event["requestContext"]["requestId"] = f"chaos-{random.getrandbits(48):x}"
+    event["requestContext"]["timeEpoch"] = int(time.time() * 1000)
+    event["body"] = json.dumps(body)
+    event["headers"]["content-length"] = str(len(event["body"]))
+    return event
+
+
+def host_press(host):
+    """A press through `host`: what the app sees from API Gateway."""
+    def press(coupon, user, ip, body):
+        ok, payload = host.invoke(gateway_event(coupon, user, ip, body))
+        if not ok:
+            return 502, b'{"message":"Internal Server Error"}'
+        response = json.loads(payload)
+        return response.get("statusCode", 502), (response.get("body") or "").encode()
+    return press
+
+
+def watch_press(coupon, user, ip, body):
+    """A press through the function URL `cargo lambda watch` serves."""
+    headers = {"x-user-id": user, "x-forwarded-for": ip}
+    return call("POST", f"/lambda-url/grab/coupons/{coupon}/grab", body, headers)
 
 
 class Local(threading.local):
@@ -181,8 +193,8 @@ def call(method, path, body=None, headers=None, timeout=30):
 # --------------------------------------------------------------- the sale
 
 class Sale:
-    def __init__(self, name, stock, shards, users, seed):
-        self.name, self.stock, self.users = name, stock, users
+    def __init__(self, name, stock, shards, users, seed, transport=watch_press):
+        self.name, self.stock, self.users, self.transport = name, stock, users, transport
         now = int(time.time() * 1000)
         self.coupon = f"chaos-{name.replace('_', '-')}-{now}"
         self.definition = {
@@ -204,22 +216,27 @@ class Sale:
         self.pressed = 0
 
     def create(self):
-        status, body = call("POST", "/lambda-url/admin/admin/coupons", self.definition)
+        """Creates (or re-creates) the coupon as an operator's script does:
+        a retryable answer (a connection dropped by a failover) is retried."""
+        for _ in range(20):
+            status, body = call("POST", "/lambda-url/admin/admin/coupons", self.definition)
+            if status not in (0, 429, 500, 502, 503):
+                break
+            time.sleep(0.5)
         if status != 200:
             sys.exit(f"{self.name}: create failed: {status} {body[:300]!r}")
         return json.loads(body)
 
     def press(self, user, request_id):
         """Presses until a final answer, retrying the same request id."""
-        path = f"/lambda-url/grab/coupons/{self.coupon}/grab"
-        headers = {"x-user-id": user, "x-forwarded-for": f"198.18.{hash(user) % 200}.{hash(user) % 250}"}
+        ip = f"198.18.{hash(user) % 200}.{hash(user) % 250}"
         for _ in range(80):
-            status, body = call("POST", path, {"requestId": request_id}, headers)
+            status, body = self.transport(self.coupon, user, ip, {"requestId": request_id})
             try:
                 payload = json.loads(body) if body else {}
             except json.JSONDecodeError:
                 payload = {}
-            code = payload.get("code") or ("TRANSPORT_ERROR" if status == 0 else "EMULATOR_ERROR")
+            code = payload.get("code") or ("TRANSPORT_ERROR" if status == 0 else "GATEWAY_ERROR")
             with self.lock:
                 self.codes[code] += 1
                 if code == "SUCCESS":
@@ -229,20 +246,35 @@ class Sale:
             time.sleep(0.25)
         return "GAVE_UP"
 
-    def run_wave(self, users, wave, hooks, concurrency=16):
+    def run_wave(self, users, wave, hooks, concurrency=16, per_second=None):
         """Every user in `users` presses once (some retry a press as a
-        flaky network does); `hooks` maps a share of the presses done to a
-        fault to inject then."""
+        flaky network does), arriving at `per_second` if given (else as
+        fast as the clients go); `hooks` maps a share of the presses done
+        to a fault to inject then. Returns once every press has its final
+        answer and every fault has run its course."""
         work = [(u, f"{u}-w{wave}") for u in users]
         work += [w for w in work if self.rng.random() < 0.1]
         self.rng.shuffle(work)
         pending = sorted(hooks.items())
+        threads = []
+
+        def fire(done):
+            while pending and done >= pending[0][0] * len(work):
+                _, hook = pending.pop(0)
+                threads.append(threading.Thread(target=hook, daemon=True))
+                threads[-1].start()
+
         with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
-            futures = [pool.submit(self.press, u, r) for u, r in work]
+            futures = []
+            for n, (u, r) in enumerate(work):
+                futures.append(pool.submit(self.press, u, r))
+                if per_second:
+                    fire(n)  # by arrivals: the fault lands while presses still come
+                    time.sleep(1 / per_second)
             for n, _ in enumerate(concurrent.futures.as_completed(futures), 1):
-                while pending and n >= pending[0][0] * len(work):
-                    _, hook = pending.pop(0)
-                    threading.Thread(target=hook, daemon=True).start()
+                fire(n)
+        for thread in threads:
+            thread.join()
 
 
 class Issuance:
@@ -288,7 +320,7 @@ class Issuance:
         next_tick = time.monotonic() + self.tick
         while not self.stop.is_set():
             try:
-                if not self.deliver():
+                if not (self.deliver() + self.pump.repair()):
                     time.sleep(0.05)
             except Exception as e:  # noqa: BLE001 keep pumping through faults
                 print(f"  pump: {e}", file=sys.stderr)
@@ -357,22 +389,24 @@ def judge(sale, figures):
 
 # --------------------------------------------------------------- scenarios
 
-def redis_cli(*args):
-    subprocess.run(["redis-cli", "-p", os.environ["REDIS_PORT"], *args], check=True, stdout=subprocess.DEVNULL)
-
-
-def scenario(name, faults, short, seed):
+def scenario(name, rig, short, seed):
     users = 120 if short else 300
     stock = 40 if short else 100
-    sale = Sale(name, stock, 2, users, seed)
+    faults, redis = rig["sqs"], rig["redis"]
+    redis_cli = redis.cli
+    host = grab_host(rig["env"]) if name == "crash_after_decision" else None
+    sale = Sale(name, stock, 2, users, seed, host_press(host) if host else watch_press)
     injected = []
     issuance = Issuance(duplicate=name == "duplicate_delivery",
                         reconcilers=2 if name == "concurrent_reconcilers" else 1)
     sale.create()
     people = [f"{name}-u{i}" for i in range(users)]
 
+    began = time.monotonic()
+
     def note(what):
-        injected.append({"atPress": sum(sale.codes.values()), "what": what})
+        injected.append({"atSecond": round(time.monotonic() - began, 2), "atPress": sum(sale.codes.values()),
+                         "successes": sale.codes["SUCCESS"], "what": what})
 
     hooks = {}
     if name == "sqs_outage":
@@ -395,6 +429,27 @@ def scenario(name, faults, short, seed):
             created = sale.create()
             note(f"coupon created again (created={created['data']['created']})")
         hooks[0.3] = recreate
+    elif name == "failover_rollback":
+        def failover():
+            note("replication stalls (the replica lags); 2 s later the primary is killed, the replica promoted")
+            redis.fail_over(lag_seconds=2.0)
+            note("endpoint moved to the promoted replica; a new replica is in sync")
+        hooks[0.3] = failover
+    elif name == "crash_after_decision":
+        def crashes():
+            killed = 0
+            for _ in range(8):
+                # Replies held at the endpoint: whatever a grab process asked
+                # Redis has run there, and the answer has not reached it.
+                redis.proxy.holding.set()
+                time.sleep(0.15)
+                killed += host.kill_busy()
+                time.sleep(0.05)
+                redis.proxy.holding.clear()
+                time.sleep(0.4)
+            note(f"{killed} grab processes killed by PID between a Redis call and its answer "
+                 f"(8 rounds; {host.restarts} fresh processes started)")
+        hooks[0.15] = crashes
     elif name == "poison_messages":
         def poison():
             for i in range(10):
@@ -402,7 +457,9 @@ def scenario(name, faults, short, seed):
             note("10 poison messages on the grant queue")
         hooks[0.3] = poison
 
-    sale.run_wave(people, 1, hooks)
+    # A failover must land while units are still being won: arrivals spread
+    # over a few seconds instead of a burst that sells out in one.
+    sale.run_wave(people, 1, hooks, per_second=80 if name == "failover_rollback" else None)
     if name == "refill_during_sale":
         add = stock // 2
         status, _ = call("POST", f"/lambda-url/admin/admin/coupons/{sale.coupon}/stock", {"add": add},
@@ -412,6 +469,8 @@ def scenario(name, faults, short, seed):
         time.sleep(1.2)  # past the instances' sold-out memory
         losers = [u for u in people if u not in sale.told]
         sale.run_wave(losers, 2, {})
+    if host:
+        host.close()
     figures = issuance.settle(sale.coupon)
     result = judge(sale, figures)
     result["injected"] = injected
@@ -419,10 +478,10 @@ def scenario(name, faults, short, seed):
 
 
 SCENARIOS = [
-    "sqs_outage", "redis_flush", "refill_during_sale", "recreate_after_loss",
-    "duplicate_delivery", "concurrent_reconcilers", "poison_messages",
+    "sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale",
+    "recreate_after_loss", "duplicate_delivery", "concurrent_reconcilers", "poison_messages",
 ]
-SHORT = ["sqs_outage", "redis_flush", "refill_during_sale", "duplicate_delivery"]
+SHORT = ["sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale"]
 ZERO = ["oversell", "duplicates", "lost", "rejected_after_success"]
 
 
@@ -431,21 +490,28 @@ def main():
     parser.add_argument("--only", help="comma-separated scenario names")
     parser.add_argument("--short", action="store_true", help="the short pass: fewer scenarios, smaller sales")
     parser.add_argument("--seed", type=int, default=20261130)
+    parser.add_argument("--replica-acks", type=int, default=1,
+                        help="REDIS_REPLICA_ACKS for the functions (0 shows failover_rollback failing)")
     args = parser.parse_args()
     names = args.only.split(",") if args.only else (SHORT if args.short else SCENARIOS)
     unknown = set(names) - set(SCENARIOS)
     if unknown:
         sys.exit(f"unknown scenario(s): {', '.join(sorted(unknown))}; known: {', '.join(SCENARIOS)}")
     (ROOT / ".local").mkdir(exist_ok=True)
-    faults = SqsFaults(os.environ["AWS_ENDPOINT_URL"])
-    proc = serve(faults.url)
+    sqs = SqsFaults(os.environ["AWS_ENDPOINT_URL"])
+    redis = RedisPair(ROOT / ".local" / "chaos-redis")
+    rig = {"sqs": sqs, "redis": redis, "env": function_env(sqs.url, redis.url(), args.replica_acks)}
     results = {}
     try:
-        for name in names:
-            print(f"== {name}", flush=True)
-            results[name] = scenario(name, faults, args.short, args.seed)
+        proc = serve(rig["env"])
+        try:
+            for name in names:
+                print(f"== {name}", flush=True)
+                results[name] = scenario(name, rig, args.short, args.seed)
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        redis.stop()
     out = ROOT / "target" / "chaos" / "report.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")

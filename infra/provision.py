@@ -103,7 +103,9 @@ def ensure_queue(sqs, spec, dlq_arn=None, prefix=""):
         attrs["RedrivePolicy"] = json.dumps(
             {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(spec["maxReceiveCount"])}
         )
-    url = sqs.create_queue(QueueName=prefix + spec["localName"])["QueueUrl"]
+    # FIFO is fixed at creation (and the name must end in .fifo).
+    created = {"FifoQueue": "true"} if spec.get("fifo") else {}
+    url = sqs.create_queue(QueueName=prefix + spec["localName"], Attributes=created)["QueueUrl"]
     sqs.set_queue_attributes(QueueUrl=url, Attributes=attrs)
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     return url, arn

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""The local stand-in for the SQS event source mapping and the schedule.
+"""The local stand-in for the SQS event source mappings and the schedule.
 
 In AWS, Lambda polls the grant queue and invokes the issuer with batches,
-deleting what the function did not report in `batchItemFailures`; and
-EventBridge Scheduler invokes the reconciler. Locally this script does both
-against the functions served by `cargo lambda watch` (infra/serve.sh):
+deleting what the function did not report in `batchItemFailures`; polls the
+repair queue and invokes the reconciler with the coupons grabs found lost;
+and EventBridge Scheduler invokes the reconciler. Locally this script does
+all three against the functions served by `cargo lambda watch`
+(infra/serve.sh):
 
     pump.py                 run forever: pump, and reconcile every 10 s
     pump.py --drain         pump until the queue is empty, reconcile once,
@@ -75,6 +77,33 @@ class Pump:
         ]
         self.delivered = 0
         self.failed = 0
+        self.repair_queue = os.environ.get("REPAIR_QUEUE_URL")
+        self.repairs = 0
+
+    def repair(self):
+        """One batch of repair requests to the reconciler; how many."""
+        if not self.repair_queue:
+            return 0
+        out = self.sqs.receive_message(QueueUrl=self.repair_queue, MaxNumberOfMessages=10, WaitTimeSeconds=0)
+        messages = out.get("Messages", [])
+        if not messages:
+            return 0
+        arn = self.repair_queue.rsplit("/", 1)[-1]
+        try:
+            invoke("reconciler", sqs_event(messages, f"arn:aws:sqs:local:000000000000:{arn}"))
+        except (urllib.error.URLError, RuntimeError, TimeoutError) as e:
+            print(f"pump: repair pass failed, requests come back: {e}", file=sys.stderr)
+            for m in messages:
+                self.sqs.change_message_visibility(
+                    QueueUrl=self.repair_queue, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=RETRY_AFTER_SECONDS
+                )
+            return len(messages)
+        self.sqs.delete_message_batch(
+            QueueUrl=self.repair_queue,
+            Entries=[{"Id": str(j), "ReceiptHandle": m["ReceiptHandle"]} for j, m in enumerate(messages)],
+        )
+        self.repairs += len(messages)
+        return len(messages)
 
     def once(self):
         """One batch: returns how many messages were handed to the issuer."""
@@ -141,7 +170,7 @@ def main():
         return 0
     next_reconcile = time.monotonic() + args.reconcile_every
     while True:
-        if not pump.once():
+        if not (pump.once() + pump.repair()):
             time.sleep(0.2)
         if time.monotonic() >= next_reconcile:
             try:

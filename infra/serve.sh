@@ -19,6 +19,7 @@ exec cargo lambda watch \
   --env-var "REDIS_URL=$REDIS_URL" \
   --env-var "GRANT_QUEUE_URL=$GRANT_QUEUE_URL" \
   --env-var "GRANT_DLQ_URL=$GRANT_DLQ_URL" \
+  --env-var "REPAIR_QUEUE_URL=$REPAIR_QUEUE_URL" \
   --env-var "COUPONS_TABLE=$COUPONS_TABLE" \
   --env-var "USER_COUPONS_TABLE=$USER_COUPONS_TABLE" \
   --env-var "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL" \

@@ -162,9 +162,19 @@ def test_every_function_takes_memory_and_timeout_as_parameters():
                 assert isinstance(ref, dict) and ref.get("Ref") in tpl["Parameters"], (name, prop)
 
 
-def test_the_grab_function_has_no_dynamodb_access():
+def test_the_grab_function_reads_one_table_item_by_key_and_writes_nothing_in_dynamodb():
+    """The grab reads a coupon's definition only when Redis knows nothing of
+    it (lost or never created); it never writes, queries or scans."""
     policies = template()["Resources"]["GrabFunction"]["Properties"]["Policies"]
-    assert "dynamodb" not in json.dumps(policies).lower()
+    dynamodb = [
+        statement
+        for policy in policies if "Statement" in policy
+        for statement in policy["Statement"]
+        if "dynamodb" in json.dumps(statement["Action"]).lower()
+    ]
+    assert dynamodb == [{"Effect": "Allow", "Action": "dynamodb:GetItem",
+                         "Resource": {"GetAtt": "CouponsTable.Arn"}}], dynamodb
+    assert "dynamodb" not in json.dumps([p for p in policies if "Statement" not in p]).lower()
 
 
 def test_every_table_has_point_in_time_recovery_and_encryption():

@@ -49,7 +49,8 @@ async fn a_half_done_create_is_finished_by_running_it_again() {
     let repo = coupon_adapters::dynamodb::DynamoCouponRepository::new(h.tables.clone());
     use coupon_domain::catalog::CouponRepository;
     assert_eq!(repo.put_definition(&def).await.unwrap(), Stored::New);
-    assert_eq!(h.grab(&def.coupon_id, "u1", "r1").await.code(), "COUPON_NOT_FOUND");
+    // It exists (durably) but is not ready: retry, not "not found".
+    assert_eq!(h.grab(&def.coupon_id, "u1", "r1").await.code(), "BUSY");
     assert_eq!(h.try_create(&def).await.unwrap(), Created::New);
     assert_eq!(h.grab(&def.coupon_id, "u1", "r1").await.code(), "SUCCESS");
     let stored = repo

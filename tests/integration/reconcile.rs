@@ -269,6 +269,86 @@ pub(crate) async fn flush_mid_sale(opts: Options) {
     );
 }
 
+/// Redis loses everything; a grab instance that never saw the coupon (a
+/// cold start) must not answer 404 for a coupon that exists: it asks the
+/// catalogue, answers BUSY, and asks the reconciler (through the repair
+/// queue) for the rebuild, which the next press then finds done.
+#[tokio::test]
+async fn a_cold_instance_answers_busy_for_a_coupon_redis_lost_and_its_repair_request_heals_the_sale() {
+    let h = Harness::with(Options::without_ip_limit()).await;
+    let mut def = h.coupon(10);
+    def.shards = 2;
+    let coupon = h.create(&def).await;
+    for i in 0..3 {
+        assert_eq!(h.grab(&coupon, &format!("early-{i}"), "a").await.code(), "SUCCESS");
+    }
+    h.pump().await;
+    h.flush_redis().await;
+
+    let cold = h.cold_instance();
+    let pressed = send(&cold, Event::grab(coupon.as_str(), "late-0", "a").build()).await;
+    assert_eq!(
+        (pressed.status, pressed.code()),
+        (503, "BUSY"),
+        "a coupon that exists is never COUPON_NOT_FOUND: {:?}",
+        pressed.body
+    );
+    let again = send(&cold, Event::grab(coupon.as_str(), "late-1", "a").build()).await;
+    assert_eq!(again.code(), "BUSY");
+    // One repair request however many presses found the state gone.
+    let received = h
+        .stack
+        .sqs
+        .receive_message()
+        .queue_url(&h.config.repair_queue_url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    assert_eq!(h.metrics.total("RepairRequestFailed"), 0);
+    assert_eq!(received.len(), 1, "{received:?}");
+
+    // The reconciler consumes the repair queue (as its event source mapping
+    // invokes it) and rebuilds the coupon at once.
+    let records: Vec<serde_json::Value> = received
+        .iter()
+        .map(|m| {
+            serde_json::json!({
+                "messageId": m.message_id(),
+                "receiptHandle": m.receipt_handle(),
+                "body": m.body(),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:repairs.fifo",
+            })
+        })
+        .collect();
+    let app = reconciler::App {
+        reconciler: h.reconciler_to(&h.queue_url),
+        elasticache: None,
+    };
+    let event = lambda_runtime::LambdaEvent::new(
+        serde_json::json!({ "Records": records }),
+        lambda_runtime::Context::default(),
+    );
+    let report = reconciler::handle(&app, event).await.expect("repair pass");
+    let figures = &report["coupons"][0];
+    assert_eq!(figures["couponId"], coupon.as_str());
+    assert_eq!(
+        (figures["shardsRebuilt"].as_u64(), figures["restored"].as_u64()),
+        (Some(2), Some(7))
+    );
+
+    let healed = send(&cold, Event::grab(coupon.as_str(), "late-0", "a").build()).await;
+    assert_eq!(healed.code(), "SUCCESS", "{:?}", healed.body);
+    assert_eq!(h.grab(&coupon, "early-0", "b").await.code(), "ALREADY_CLAIMED");
+
+    // A coupon nobody created is still 404, and asks for no repair.
+    let unknown = send(&cold, Event::grab("never-created-coupon", "late-2", "a").build()).await;
+    assert_eq!((unknown.status, unknown.code()), (404, "COUPON_NOT_FOUND"));
+}
+
 #[tokio::test]
 async fn two_reconcilers_rebuilding_at_once_restore_the_stock_once() {
     let h = Harness::new().await;

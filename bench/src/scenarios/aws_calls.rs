@@ -49,7 +49,7 @@ pub async fn aws_calls(env: &BenchEnv, rows: &mut Table) -> Aws {
     let config = grab_config(&env.redis_url, false, &env.queue_url, 1_000);
     let mut apps = Vec::new();
     for _ in 0..8 {
-        let clients = grab_clients(store(&env.redis_url, false).await, sqs.clone());
+        let clients = grab_clients(store(&env.redis_url, false).await, sqs.clone(), ddb.clone());
         apps.push(Arc::new(grab::wire(&config, clients)));
     }
     let sale = drive(&apps, &id, "aws", Duration::from_secs(600), STOCK + 100).await;

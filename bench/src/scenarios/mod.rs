@@ -108,6 +108,9 @@ pub(crate) fn grab_config(url: &str, cluster: bool, queue_url: &str, sold_out_ms
     grab::Config {
         redis: redis_settings(url, cluster),
         queue_url: queue_url.to_owned(),
+        // Only used when Redis lost a coupon, which no scenario does.
+        repair_queue_url: "http://unused.invalid/repairs.fifo".into(),
+        coupons_table: "unused".into(),
         sqs: AwsCallSettings {
             max_attempts: 3,
             operation_timeout_ms: 30_000,
@@ -125,10 +128,15 @@ pub(crate) fn grab_config(url: &str, cluster: bool, queue_url: &str, sold_out_ms
 }
 
 /// The grab function as `main.rs` wires it, on `redis` and `sqs`.
-pub(crate) fn grab_clients(redis: Redis, sqs: aws_sdk_sqs::Client) -> grab::Clients {
+pub(crate) fn grab_clients(
+    redis: Redis,
+    sqs: aws_sdk_sqs::Client,
+    dynamodb: aws_sdk_dynamodb::Client,
+) -> grab::Clients {
     grab::Clients {
         redis,
         sqs,
+        dynamodb,
         clock: Arc::new(SystemClock),
         metrics: Arc::new(Silent),
     }
@@ -154,10 +162,13 @@ pub(crate) async fn apps(
     publisher: Arc<dyn GrantPublisher>,
 ) -> Vec<Arc<GrabApp>> {
     let config = grab_config(url, cluster, "http://unused.invalid/queue", sold_out_ms);
-    let (sqs, _) = sdk(None).await;
+    let (sqs, ddb) = sdk(None).await;
     let mut out = Vec::new();
     for _ in 0..callers {
-        let mut ports = grab::Ports::real(&config, grab_clients(store(url, cluster).await, sqs.clone()));
+        let mut ports = grab::ports(
+            &config,
+            grab_clients(store(url, cluster).await, sqs.clone(), ddb.clone()),
+        );
         ports.publisher = publisher.clone();
         if wiring == Wiring::ScriptOnly {
             ports.risk = Arc::new(AllowAll);

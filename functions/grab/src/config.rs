@@ -14,6 +14,12 @@ pub struct Config {
     pub redis: RedisSettings,
     /// `GRANT_QUEUE_URL`: where winners go.
     pub queue_url: String,
+    /// `REPAIR_QUEUE_URL`: where a coupon whose Redis state is gone is
+    /// reported, so the reconciler rebuilds it at once.
+    pub repair_queue_url: String,
+    /// `COUPONS_TABLE`: read (one item) only when Redis knows nothing of a
+    /// coupon, to tell "lost" (BUSY) from "never created" (404).
+    pub coupons_table: String,
     /// `SQS_MAX_ATTEMPTS` (3) and `SQS_TIMEOUT_MS` (1000).
     pub sqs: AwsCallSettings,
     /// Risk rules.
@@ -34,16 +40,11 @@ impl Config {
 
     /// Reads any [`Env`].
     pub fn from(env: &Env) -> Result<Self, ConfigError> {
-        let queue_url = env.required("GRANT_QUEUE_URL")?;
-        if !(queue_url.starts_with("http://") || queue_url.starts_with("https://")) {
-            return Err(ConfigError::Invalid {
-                var: "GRANT_QUEUE_URL",
-                problem: "must be an http(s) queue URL".into(),
-            });
-        }
         Ok(Self {
             redis: RedisSettings::from_env(env)?,
-            queue_url,
+            queue_url: queue_url(env, "GRANT_QUEUE_URL")?,
+            repair_queue_url: queue_url(env, "REPAIR_QUEUE_URL")?,
+            coupons_table: env.required("COUPONS_TABLE")?,
             sqs: AwsCallSettings {
                 max_attempts: env.number("SQS_MAX_ATTEMPTS", 3, 1..=10)?,
                 operation_timeout_ms: env.number("SQS_TIMEOUT_MS", 1_000, 50..=30_000)?,
@@ -56,6 +57,17 @@ impl Config {
     }
 }
 
+fn queue_url(env: &Env, var: &'static str) -> Result<String, ConfigError> {
+    let url = env.required(var)?;
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(ConfigError::Invalid {
+            var,
+            problem: "must be an http(s) queue URL".into(),
+        });
+    }
+    Ok(url)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,6 +75,8 @@ mod tests {
     const BASE: &[(&str, &str)] = &[
         ("REDIS_URL", "redis://:hunter2-pw@127.0.0.1:6379"),
         ("GRANT_QUEUE_URL", "http://localhost:4566/000000000000/grants"),
+        ("REPAIR_QUEUE_URL", "http://localhost:4566/000000000000/repairs"),
+        ("COUPONS_TABLE", "coupons"),
     ];
 
     fn env_with(extra: &[(&str, &str)]) -> Env {
@@ -84,6 +98,12 @@ mod tests {
     fn a_missing_queue_url_names_the_variable() {
         let err = Config::from(&Env::from_pairs(&BASE[..1])).unwrap_err();
         assert_eq!(err.to_string(), "GRANT_QUEUE_URL is required but not set");
+    }
+
+    #[test]
+    fn a_repair_queue_that_is_not_a_url_names_the_variable() {
+        let err = Config::from(&env_with(&[("REPAIR_QUEUE_URL", "repairs")])).unwrap_err();
+        assert!(err.to_string().starts_with("REPAIR_QUEUE_URL is invalid"), "{err}");
     }
 
     #[test]

@@ -21,11 +21,12 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use coupon_adapters::dynamodb::DynamoCatalog;
 use coupon_adapters::redis::{Redis, RedisLedger, RedisRisk};
-use coupon_adapters::sqs::SqsPublisher;
+use coupon_adapters::sqs::{SqsPublisher, SqsRepairs};
 use coupon_adapters::{aws, secrets};
 use coupon_domain::clock::{Clock, SystemClock};
-use coupon_domain::grab::ports::{GrantPublisher, RiskGuard, StockLedger};
+pub use coupon_domain::grab::GrabPorts;
 use coupon_domain::grab::{GrabError, GrabRequest, GrabService};
 use coupon_domain::ids::{CouponId, RequestId};
 use coupon_domain::metrics::{EmfMetrics, Metrics};
@@ -155,8 +156,10 @@ pub fn outcome_reply(outcome: &GrabOutcome) -> Reply {
 pub struct Clients {
     /// Redis (the ledger and the risk guard share its connection).
     pub redis: Redis,
-    /// SQS, for winners.
+    /// SQS, for winners and repair requests.
     pub sqs: coupon_adapters::sqs::Client,
+    /// DynamoDB, for the one catalogue read a lost coupon needs.
+    pub dynamodb: coupon_adapters::dynamodb::Client,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// Figures.
@@ -171,58 +174,38 @@ impl Clients {
         Ok(Self {
             redis: secrets::connect_redis(&config.redis, &sdk).await?,
             sqs: coupon_adapters::sqs::Client::new(&sdk),
+            dynamodb: coupon_adapters::dynamodb::Client::new(&sdk),
             clock: Arc::new(SystemClock),
             metrics: Arc::new(EmfMetrics::new(config.metrics_namespace.clone(), "grab")),
         })
     }
 }
 
-/// The grab's ports, as [`wire`] builds them from real clients. The
+/// The grab's ports over real clients, as [`wire`] builds them. The
 /// benchmark swaps single ports (an in-memory queue; no risk checks for its
 /// script-only comparison) and keeps the rest of the wiring.
-pub struct Ports {
-    /// The stock ledger (Redis scripts).
-    pub ledger: Arc<dyn StockLedger>,
-    /// The risk guard (Redis scripts).
-    pub risk: Arc<dyn RiskGuard>,
-    /// Where winners go (SQS).
-    pub publisher: Arc<dyn GrantPublisher>,
-    /// Time.
-    pub clock: Arc<dyn Clock>,
-    /// Figures.
-    pub metrics: Arc<dyn Metrics>,
-}
-
-impl Ports {
-    /// The deployed ports over `clients`.
-    pub fn real(config: &Config, clients: Clients) -> Self {
-        Self {
-            ledger: Arc::new(RedisLedger::new(clients.redis.clone())),
-            risk: Arc::new(RedisRisk::new(clients.redis, config.risk)),
-            publisher: Arc::new(SqsPublisher::new(clients.sqs, config.queue_url.clone())),
-            clock: clients.clock,
-            metrics: clients.metrics,
-        }
+pub fn ports(config: &Config, clients: Clients) -> GrabPorts {
+    GrabPorts {
+        ledger: Arc::new(RedisLedger::new(clients.redis.clone())),
+        risk: Arc::new(RedisRisk::new(clients.redis, config.risk)),
+        publisher: Arc::new(SqsPublisher::new(clients.sqs.clone(), config.queue_url.clone())),
+        catalog: Arc::new(DynamoCatalog::new(clients.dynamodb, config.coupons_table.clone())),
+        repairs: Arc::new(SqsRepairs::new(clients.sqs, config.repair_queue_url.clone())),
+        clock: clients.clock,
+        metrics: clients.metrics,
     }
 }
 
 /// The grab function over `clients`: the one wiring `main.rs`, the
 /// integration tests and the benchmark share.
 pub fn wire(config: &Config, clients: Clients) -> GrabApp {
-    wire_ports(config, Ports::real(config, clients))
+    wire_ports(config, ports(config, clients))
 }
 
 /// The grab function over `ports`, with the settings of `config`.
-pub fn wire_ports(config: &Config, ports: Ports) -> GrabApp {
+pub fn wire_ports(config: &Config, ports: GrabPorts) -> GrabApp {
     GrabApp {
-        service: GrabService::new(
-            ports.ledger,
-            ports.risk,
-            ports.publisher,
-            ports.clock,
-            ports.metrics,
-            config.sold_out_memory_ms,
-        ),
+        service: GrabService::new(ports, config.sold_out_memory_ms),
         edge: config.http.clone(),
     }
 }

@@ -6,7 +6,7 @@ use coupon_domain::clock::ManualClock;
 use coupon_domain::grab::ports::{ClaimReply, Recorded};
 use coupon_domain::grant::GrantRecord;
 use coupon_domain::metrics::RecordingMetrics;
-use coupon_domain::testing::{FakeQueue, FakeRisk, ScriptedLedger};
+use coupon_domain::testing::{FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, ScriptedLedger};
 
 use super::*;
 
@@ -68,21 +68,49 @@ fn a_body_over_the_limit_is_413() {
 
 /// The handler over in-memory ports, with the fixture's caller.
 fn app(ledger: ScriptedLedger, queue: Arc<FakeQueue>) -> GrabApp {
+    app_with(ledger, queue, MemoryCatalog::default())
+}
+
+fn app_with(ledger: ScriptedLedger, queue: Arc<FakeQueue>, catalog: MemoryCatalog) -> GrabApp {
     let config = Config::from(&coupon_domain::config::Env::from_pairs(&[
         ("REDIS_URL", "redis://127.0.0.1:1"),
         ("GRANT_QUEUE_URL", "http://127.0.0.1:1/q"),
+        ("REPAIR_QUEUE_URL", "http://127.0.0.1:1/repairs"),
+        ("COUPONS_TABLE", "coupons"),
     ]))
     .unwrap();
     wire_ports(
         &config,
-        Ports {
+        GrabPorts {
             ledger: Arc::new(ledger),
             risk: Arc::new(FakeRisk::allowing()),
             publisher: queue,
+            catalog: Arc::new(catalog),
+            repairs: Arc::new(FakeRepairs::default()),
             clock: Arc::new(ManualClock::new(1_000)),
             metrics: Arc::new(RecordingMetrics::default()),
         },
     )
+}
+
+#[tokio::test]
+async fn a_coupon_redis_lost_is_503_busy_and_one_never_created_is_404() {
+    // Redis knows neither (no shard count): the catalogue tells them apart.
+    let lost = app_with(
+        ScriptedLedger::default(),
+        Arc::default(),
+        MemoryCatalog::with("spring-20", 2),
+    );
+    let (status, body) = answer(&lost, fixture("jwt")).await;
+    assert_eq!((status, body["code"].as_str()), (503, Some("BUSY")), "{body}");
+
+    let never = app(ScriptedLedger::default(), Arc::default());
+    let (status, body) = answer(&never, fixture("jwt")).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("COUPON_NOT_FOUND")),
+        "{body}"
+    );
 }
 
 fn won() -> ScriptedLedger {

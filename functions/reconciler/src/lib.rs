@@ -1,7 +1,9 @@
 //! The reconciler function: runs on a schedule (EventBridge Scheduler), does
 //! one reconciliation pass (`coupon_domain::reconcile`) and returns its
 //! report as JSON, with the ElastiCache replication group's status when one
-//! is configured.
+//! is configured. It also consumes the repair queue: a grab that finds a
+//! coupon's Redis state gone asks there, and the named coupons get a pass
+//! at once instead of at the next scheduled run.
 //!
 //! Safe to run twice at once and to die half way; see the module docs of
 //! `coupon_domain::reconcile`. [`wire`] builds it over real clients, for
@@ -16,10 +18,11 @@ use coupon_adapters::config::RedisSettings;
 use coupon_adapters::dynamodb::{self, DynamoFacts, Tables};
 use coupon_adapters::elasticache::{self, Client};
 use coupon_adapters::redis::Redis;
-use coupon_adapters::sqs::{self, SqsRedrive};
+use coupon_adapters::sqs::{self, parse_repair_message, SqsRedrive};
 use coupon_adapters::{aws, secrets};
 use coupon_domain::clock::{Clock, SystemClock};
 use coupon_domain::config::Env;
+use coupon_domain::ids::CouponId;
 use coupon_domain::metrics::{EmfMetrics, Metrics};
 use coupon_domain::reconcile::ports::DurableFacts;
 use coupon_domain::reconcile::{ReconcilePorts, ReconcileSettings, Reconciler};
@@ -39,8 +42,18 @@ pub struct App {
     pub elasticache: Option<(Client, String)>,
 }
 
-/// One scheduled run. The event (the schedule's payload) is not read.
-pub async fn handle(app: &App, _event: LambdaEvent<Value>) -> Result<Value, Error> {
+/// One invocation: a batch from the repair queue (an SQS event) repairs
+/// the coupons it names; anything else is the schedule (its payload is not
+/// read) and runs the whole pass.
+pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error> {
+    if let Some(coupons) = repair_requests(&event.payload) {
+        // The whole batch succeeds or fails together: a failed pass is
+        // retried by SQS, and a coupon whose rebuild still waits for the
+        // grant queue is asked about again by the grabs that keep finding
+        // it gone (or healed by the schedule if nobody presses).
+        let report = app.reconciler.repair(&coupons).await?;
+        return Ok(serde_json::to_value(&report)?);
+    }
     let report = app.reconciler.run().await?;
     let mut out = serde_json::to_value(&report)?;
     if let Some((client, group)) = &app.elasticache {
@@ -53,6 +66,29 @@ pub async fn handle(app: &App, _event: LambdaEvent<Value>) -> Result<Value, Erro
         };
     }
     Ok(out)
+}
+
+/// The coupons a repair-queue batch names, or `None` if the event is not an
+/// SQS batch. A body that names no coupon is dropped with a warning: no
+/// retry could make it useful.
+pub fn repair_requests(event: &Value) -> Option<Vec<CouponId>> {
+    let records = event.get("Records")?.as_array()?;
+    if records.is_empty() || records.iter().any(|r| r.get("eventSource") != Some(&json!("aws:sqs"))) {
+        return None;
+    }
+    Some(
+        records
+            .iter()
+            .filter_map(|r| {
+                let body = r.get("body").and_then(Value::as_str).unwrap_or_default();
+                let coupon = parse_repair_message(body);
+                if coupon.is_none() {
+                    warn!(body = %body.chars().take(200).collect::<String>(), "not a repair request; dropped");
+                }
+                coupon
+            })
+            .collect(),
+    )
 }
 
 /// What a reconciler instance is built from, made once at cold start.
@@ -135,5 +171,23 @@ pub fn wire(config: &Config, clients: Clients) -> App {
     App {
         reconciler,
         elasticache: config.replication_group.clone().map(|g| (clients.elasticache, g)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_sqs_batch_is_a_repair_request_and_a_schedule_event_is_not() {
+        let batch = json!({"Records": [
+            {"eventSource": "aws:sqs", "messageId": "1", "body": "{\"couponId\":\"spring-20\"}"},
+            {"eventSource": "aws:sqs", "messageId": "2", "body": "garbage"},
+        ]});
+        let coupons = repair_requests(&batch).expect("a repair batch");
+        assert_eq!(coupons, vec![CouponId::parse("spring-20").unwrap()]);
+        assert_eq!(repair_requests(&json!({})), None);
+        assert_eq!(repair_requests(&json!({"source": "aws.scheduler"})), None);
+        assert_eq!(repair_requests(&json!({"Records": []})), None);
     }
 }

@@ -127,3 +127,73 @@ impl coupon_domain::reconcile::ports::Redrive for SqsRedrive {
         Ok(Some(total))
     }
 }
+
+/// Asks the reconciler, through its repair queue, to rebuild a coupon whose
+/// Redis state a grab found gone. The queue is FIFO for its deduplication:
+/// the deduplication id names the coupon and a 5-second window,
+/// so however many grab instances ask, SQS keeps one request per coupon
+/// per window and the reconciler does one pass for it.
+#[derive(Debug, Clone)]
+pub struct SqsRepairs {
+    client: Client,
+    queue_url: String,
+}
+
+impl SqsRepairs {
+    /// `queue_url` is the repair queue the reconciler consumes.
+    pub fn new(client: Client, queue_url: impl Into<String>) -> Self {
+        Self {
+            client,
+            queue_url: queue_url.into(),
+        }
+    }
+}
+
+/// Repair requests for one coupon within one such window are one request.
+const REPAIR_WINDOW_MS: i64 = 5_000;
+
+/// The body of a repair request: `{"couponId": "..."}`.
+pub fn repair_message(coupon: &coupon_domain::ids::CouponId) -> String {
+    serde_json::json!({ "couponId": coupon.as_str() }).to_string()
+}
+
+/// The coupon a repair request names; `None` for a body that is not one
+/// (a poison message is dropped, not retried: nothing can repair it).
+pub fn parse_repair_message(body: &str) -> Option<coupon_domain::ids::CouponId> {
+    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    coupon_domain::ids::CouponId::parse(value.get("couponId")?.as_str()?).ok()
+}
+
+#[async_trait]
+impl coupon_domain::grab::ports::RepairRequests for SqsRepairs {
+    async fn request_repair(&self, coupon: &coupon_domain::ids::CouponId, now_ms: i64) -> Result<(), PublishError> {
+        let id = format!("{coupon}-{}", now_ms.div_euclid(REPAIR_WINDOW_MS));
+        self.client
+            .send_message()
+            .queue_url(&self.queue_url)
+            // Its own group: a request being retried never holds back the
+            // next window's (FIFO delivers a group in order, one at a time).
+            .message_group_id(&id)
+            .message_deduplication_id(&id)
+            .message_body(repair_message(coupon))
+            .send()
+            .await
+            .map_err(|e| PublishError(Box::new(e)))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coupon_domain::ids::CouponId;
+
+    #[test]
+    fn a_repair_message_names_its_coupon_and_anything_else_is_none() {
+        let coupon = CouponId::parse("spring-20").unwrap();
+        assert_eq!(parse_repair_message(&repair_message(&coupon)), Some(coupon));
+        assert_eq!(parse_repair_message("not json"), None);
+        assert_eq!(parse_repair_message(r#"{"couponId": 7}"#), None);
+        assert_eq!(parse_repair_message(r#"{"couponId": "bad id with spaces"}"#), None);
+    }
+}

@@ -123,6 +123,8 @@ impl Harness {
         let config = Config {
             redis: redis_settings,
             queue_url: queue_url.clone(),
+            repair_queue_url: stack.new_repair_queue().await,
+            coupons_table: stack.tables.coupons.clone(),
             sqs: coupon_adapters::config::AwsCallSettings {
                 max_attempts: 3,
                 operation_timeout_ms: 10_000,
@@ -144,6 +146,7 @@ impl Harness {
             Clients {
                 redis: redis.clone(),
                 sqs: stack.sqs.clone(),
+                dynamodb: stack.ddb.clone(),
                 clock: Arc::new(clock.clone()),
                 metrics: metrics.clone(),
             },
@@ -248,6 +251,21 @@ impl Harness {
         ids
     }
 
+    /// A grab instance started now (a cold start): it shares this harness's
+    /// stores and settings but has seen no coupon yet.
+    pub fn cold_instance(&self) -> Arc<GrabApp> {
+        Arc::new(grab::wire(
+            &self.config,
+            Clients {
+                redis: self.redis.clone(),
+                sqs: self.stack.sqs.clone(),
+                dynamodb: self.stack.ddb.clone(),
+                clock: Arc::new(self.clock.clone()),
+                metrics: self.metrics.clone(),
+            },
+        ))
+    }
+
     /// The same harness (Redis prefix, clock, metrics, coupons) with the grab
     /// function sending winners to `queue_url`: SQS coming back.
     pub fn with_queue(self, queue_url: String) -> Self {
@@ -258,6 +276,7 @@ impl Harness {
             Clients {
                 redis: self.redis.clone(),
                 sqs: self.stack.sqs.clone(),
+                dynamodb: self.stack.ddb.clone(),
                 clock: Arc::new(self.clock.clone()),
                 metrics: self.metrics.clone(),
             },

@@ -83,6 +83,19 @@ impl Stack {
             .expect("queue url")
     }
 
+    /// A repair queue of the test's own (FIFO, as the template declares it).
+    pub async fn new_repair_queue(&self) -> String {
+        self.sqs
+            .create_queue()
+            .queue_name(format!("{}.fifo", unique("repairs")))
+            .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+            .send()
+            .await
+            .expect("create repair queue")
+            .queue_url
+            .expect("queue url")
+    }
+
     /// Every grant on `queue_url`, received and deleted.
     pub async fn drain(&self, queue_url: &str) -> Vec<Grant> {
         let mut grants = Vec::new();

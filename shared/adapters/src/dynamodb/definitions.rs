@@ -111,3 +111,45 @@ impl CouponRepository for DynamoCouponRepository {
         out.item.as_ref().map(parse_definition).transpose()
     }
 }
+
+/// [`CouponCatalog`](coupon_domain::grab::ports::CouponCatalog) on the
+/// coupons table: one GetItem of the definition, asked by a grab only when
+/// Redis knows nothing of a coupon. Needs `dynamodb:GetItem` on that table
+/// and nothing else, so the grab stays out of every other item.
+#[derive(Debug, Clone)]
+pub struct DynamoCatalog {
+    client: aws_sdk_dynamodb::Client,
+    coupons_table: String,
+}
+
+impl DynamoCatalog {
+    /// The catalogue in `coupons_table`.
+    pub fn new(client: aws_sdk_dynamodb::Client, coupons_table: impl Into<String>) -> Self {
+        Self {
+            client,
+            coupons_table: coupons_table.into(),
+        }
+    }
+}
+
+#[async_trait]
+impl coupon_domain::grab::ports::CouponCatalog for DynamoCatalog {
+    async fn shard_count(&self, coupon: &CouponId) -> Result<Option<u32>, StoreError> {
+        let item = self
+            .client
+            .get_item()
+            .table_name(&self.coupons_table)
+            .key("pk", s(coupon_pk(coupon)))
+            .key("sk", s("DEF"))
+            .projection_expression("#d")
+            .expression_attribute_names("#d", "definition")
+            .send()
+            .await
+            .map_err(unavailable)?
+            .item;
+        match item {
+            None => Ok(None),
+            Some(item) => Ok(Some(parse_definition(&item)?.shards)),
+        }
+    }
+}

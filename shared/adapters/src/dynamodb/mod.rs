@@ -37,7 +37,7 @@ mod wallet;
 
 pub use admin::DynamoAdminStore;
 pub use blacklist::DynamoBlacklist;
-pub use definitions::DynamoCouponRepository;
+pub use definitions::{DynamoCatalog, DynamoCouponRepository};
 pub use facts::DynamoFacts;
 pub use issue::DynamoIssueLedger;
 pub use items::{coupon_pk, user_coupon_sk, user_pk, Tables, BY_COUPON_INDEX};

@@ -38,14 +38,22 @@ use crate::metrics::Metrics;
 use crate::outcome::{GrabOutcome, Rejection};
 
 mod borrow;
+mod memory;
 pub mod ports;
-mod soldout;
 #[cfg(test)]
 mod tests;
 
 pub use borrow::{finish_borrow, home_shard};
-use ports::{Claim, ClaimReply, GrantPublisher, Recorded, RiskDecision, RiskGuard, RiskHold, StockLedger};
-pub use soldout::SoldOutMemory;
+pub use memory::CouponMemory;
+use ports::{
+    Claim, ClaimReply, CouponCatalog, GrantPublisher, Recorded, RepairRequests, RiskDecision, RiskGuard, RiskHold,
+    StockLedger,
+};
+
+/// How long an instance remembers that a coupon id is unknown to the
+/// catalogue, and that it asked for a coupon's repair: one lookup per
+/// unknown id and one repair request per lost coupon per window.
+pub const LOOKUP_MEMORY_MS: u64 = 5_000;
 
 /// One grab, as the edge parsed it.
 #[derive(Debug, Clone)]
@@ -87,14 +95,36 @@ impl From<StoreError> for GrabError {
     }
 }
 
+/// The ports a grab is built from.
+pub struct GrabPorts {
+    /// The atomic stock operations (Redis scripts).
+    pub ledger: Arc<dyn StockLedger>,
+    /// Risk reservations (Redis scripts).
+    pub risk: Arc<dyn RiskGuard>,
+    /// Where winners go (SQS).
+    pub publisher: Arc<dyn GrantPublisher>,
+    /// Asked only when Redis knows nothing of a coupon (DynamoDB).
+    pub catalog: Arc<dyn CouponCatalog>,
+    /// Where a lost coupon's repair is asked for (SQS).
+    pub repairs: Arc<dyn RepairRequests>,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// Figures.
+    pub metrics: Arc<dyn Metrics>,
+}
+
 /// Everything a grab needs, built once per Lambda instance.
 pub struct GrabService {
     ledger: Arc<dyn StockLedger>,
     risk: Arc<dyn RiskGuard>,
     publisher: Arc<dyn GrantPublisher>,
+    catalog: Arc<dyn CouponCatalog>,
+    repairs: Arc<dyn RepairRequests>,
     clock: Arc<dyn Clock>,
     metrics: Arc<dyn Metrics>,
-    sold_out: SoldOutMemory,
+    sold_out: CouponMemory,
+    unknown: CouponMemory,
+    repair_asked: CouponMemory,
     shard_counts: RwLock<HashMap<CouponId, u32>>,
 }
 
@@ -106,21 +136,18 @@ struct Decided {
 
 impl GrabService {
     /// Wires the service; `sold_out_ttl_ms` bounds the sold-out memory.
-    pub fn new(
-        ledger: Arc<dyn StockLedger>,
-        risk: Arc<dyn RiskGuard>,
-        publisher: Arc<dyn GrantPublisher>,
-        clock: Arc<dyn Clock>,
-        metrics: Arc<dyn Metrics>,
-        sold_out_ttl_ms: u64,
-    ) -> Self {
+    pub fn new(ports: GrabPorts, sold_out_ttl_ms: u64) -> Self {
         Self {
-            ledger,
-            risk,
-            publisher,
-            clock,
-            metrics,
-            sold_out: SoldOutMemory::new(sold_out_ttl_ms),
+            ledger: ports.ledger,
+            risk: ports.risk,
+            publisher: ports.publisher,
+            catalog: ports.catalog,
+            repairs: ports.repairs,
+            clock: ports.clock,
+            metrics: ports.metrics,
+            sold_out: CouponMemory::new(sold_out_ttl_ms),
+            unknown: CouponMemory::new(LOOKUP_MEMORY_MS),
+            repair_asked: CouponMemory::new(LOOKUP_MEMORY_MS),
             shard_counts: RwLock::default(),
         }
     }
@@ -145,7 +172,7 @@ impl GrabService {
 
     async fn decide_and_publish(&self, req: &GrabRequest) -> Result<GrabOutcome, GrabError> {
         let now_ms = self.clock.now_ms();
-        let Some(shards) = self.shard_count(&req.coupon).await? else {
+        let Some(shards) = self.shard_count(&req.coupon, now_ms).await? else {
             return Ok(rejected(Rejection::NotFound, false));
         };
         let claim = Claim {
@@ -158,7 +185,7 @@ impl GrabService {
         };
 
         let mut hold = None;
-        if self.sold_out.is_sold_out(&req.coupon, now_ms) {
+        if self.sold_out.contains(&req.coupon, now_ms) {
             // One read keeps replays truthful: a request that won before the
             // sell-out must not hear SOLD_OUT when it retries.
             match self.ledger.recorded(&claim).await? {
@@ -226,7 +253,7 @@ impl GrabService {
                     shard = claim.home_shard,
                     "home shard has no state; BUSY until it is rebuilt"
                 );
-                self.metrics.count("ShardMissing", None, 1);
+                self.state_lost(claim.coupon, claim.now_ms).await;
                 return Err(StoreError::Unavailable(
                     format!("shard {} of a known coupon has no state", claim.home_shard).into(),
                 ));
@@ -317,16 +344,55 @@ impl GrabService {
         }
     }
 
-    async fn shard_count(&self, coupon: &CouponId) -> Result<Option<u32>, StoreError> {
+    async fn shard_count(&self, coupon: &CouponId, now_ms: i64) -> Result<Option<u32>, StoreError> {
         if let Some(n) = self.shard_counts.read().ok().and_then(|m| m.get(coupon).copied()) {
             return Ok(Some(n));
         }
         // Shards are fixed at creation, so a known count never goes stale.
-        let n = self.ledger.shard_count(coupon).await?;
-        if let (Some(n), Ok(mut m)) = (n, self.shard_counts.write()) {
-            m.insert(coupon.clone(), n);
+        if let Some(n) = self.ledger.shard_count(coupon).await? {
+            self.know(coupon, n);
+            return Ok(Some(n));
         }
-        Ok(n)
+        // Redis knows nothing of it: it does not exist, or Redis lost it.
+        // Only the durable catalogue can tell (and an unknown id is looked
+        // up once per window, however often it is pressed).
+        if self.unknown.contains(coupon, now_ms) {
+            return Ok(None);
+        }
+        match self.catalog.shard_count(coupon).await? {
+            None => {
+                self.unknown.remember(coupon, now_ms);
+                Ok(None)
+            }
+            Some(n) => {
+                self.know(coupon, n);
+                warn!("coupon exists but Redis has no state for it; BUSY until it is rebuilt");
+                self.state_lost(coupon, now_ms).await;
+                Err(StoreError::Unavailable(
+                    "the coupon exists but its Redis state is gone".into(),
+                ))
+            }
+        }
+    }
+
+    fn know(&self, coupon: &CouponId, shards: u32) {
+        if let Ok(mut m) = self.shard_counts.write() {
+            m.insert(coupon.clone(), shards);
+        }
+    }
+
+    /// A coupon that exists has no Redis state (a flush, a node replaced):
+    /// count it and ask for its rebuild now, once per window per instance.
+    async fn state_lost(&self, coupon: &CouponId, now_ms: i64) {
+        self.metrics.count("ShardMissing", None, 1);
+        if !self.repair_asked.first_in_window(coupon, now_ms) {
+            return;
+        }
+        if let Err(e) = self.repairs.request_repair(coupon, now_ms).await {
+            // The scheduled pass repairs it anyway, a minute later at most.
+            warn!(error = %e, "repair request not sent");
+            self.metrics.count("RepairRequestFailed", None, 1);
+        }
     }
 }
 

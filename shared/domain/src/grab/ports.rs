@@ -149,3 +149,24 @@ pub trait GrantPublisher: Send + Sync {
     /// the outbox, from where the reconciler re-drives it.
     async fn publish(&self, grant: &Grant) -> Result<(), PublishError>;
 }
+
+/// The durable catalogue of coupons (the definitions table), asked only
+/// when Redis knows nothing of a coupon. After Redis lost its data a coupon
+/// that exists must answer BUSY (retry shortly) and never
+/// COUPON_NOT_FOUND: the app would tell the user the campaign is gone.
+#[async_trait]
+pub trait CouponCatalog: Send + Sync {
+    /// The coupon's shard count if it was ever created, `None` if not.
+    async fn shard_count(&self, coupon: &CouponId) -> Result<Option<u32>, StoreError>;
+}
+
+/// Asks for a coupon's lost Redis state to be rebuilt now (the reconciler,
+/// through its repair queue) rather than at its next scheduled pass, so a
+/// sale heals in seconds after Redis lost data.
+#[async_trait]
+pub trait RepairRequests: Send + Sync {
+    /// Asks once; the reconciler repairs every coupon it is asked about (and
+    /// a request for a coupon that needs nothing changes nothing). Requests
+    /// for one coupon close together in time (`now_ms`) may be merged.
+    async fn request_repair(&self, coupon: &CouponId, now_ms: i64) -> Result<(), PublishError>;
+}

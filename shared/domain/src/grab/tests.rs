@@ -8,33 +8,46 @@ use super::*;
 use crate::clock::ManualClock;
 use crate::metrics::RecordingMetrics;
 use crate::outcome::RiskReason;
-use crate::testing::{FakeQueue, FakeRisk, ScriptedLedger};
+use crate::testing::{FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, ScriptedLedger};
 
 struct World {
     ledger: Arc<ScriptedLedger>,
     risk: Arc<FakeRisk>,
     queue: Arc<FakeQueue>,
+    catalog: Arc<MemoryCatalog>,
+    repairs: Arc<FakeRepairs>,
     metrics: Arc<RecordingMetrics>,
     clock: ManualClock,
     service: GrabService,
 }
 
 fn world(ledger: ScriptedLedger, risk: FakeRisk, queue: FakeQueue) -> World {
-    let (ledger, risk, queue) = (Arc::new(ledger), Arc::new(risk), Arc::new(queue));
+    world_with(ledger, risk, queue, MemoryCatalog::default())
+}
+
+fn world_with(ledger: ScriptedLedger, risk: FakeRisk, queue: FakeQueue, catalog: MemoryCatalog) -> World {
+    let (ledger, risk, queue, catalog) = (Arc::new(ledger), Arc::new(risk), Arc::new(queue), Arc::new(catalog));
+    let repairs = Arc::new(FakeRepairs::default());
     let metrics = Arc::new(RecordingMetrics::default());
     let clock = ManualClock::new(1_000);
     let service = GrabService::new(
-        ledger.clone(),
-        risk.clone(),
-        queue.clone(),
-        Arc::new(clock.clone()),
-        metrics.clone(),
+        GrabPorts {
+            ledger: ledger.clone(),
+            risk: risk.clone(),
+            publisher: queue.clone(),
+            catalog: catalog.clone(),
+            repairs: repairs.clone(),
+            clock: Arc::new(clock.clone()),
+            metrics: metrics.clone(),
+        },
         500,
     );
     World {
         ledger,
         risk,
         queue,
+        catalog,
+        repairs,
         metrics,
         clock,
         service,
@@ -354,4 +367,69 @@ async fn a_known_coupon_whose_home_shard_lost_its_state_is_busy_not_not_found() 
     let outcome = w.service.grab(&request("u")).await;
     assert!(matches!(outcome, Err(GrabError::Unavailable(_))), "{outcome:?}");
     assert_eq!(w.metrics.total("ShardMissing"), 1);
+    assert_eq!(
+        w.repairs.asked.lock().unwrap().len(),
+        1,
+        "the rebuild is asked for at once"
+    );
+}
+
+#[tokio::test]
+async fn a_cold_instance_asks_the_catalogue_and_answers_busy_for_a_coupon_redis_lost() {
+    // Redis lost everything (no shard count) and this instance never saw
+    // the coupon: the catalogue says it exists, so BUSY, never NOT_FOUND,
+    // and one repair request however many presses arrive in the window.
+    let w = world_with(
+        ScriptedLedger {
+            claim: Some(ClaimReply::Rejected(Rejection::NotFound)),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+        MemoryCatalog::with("c", 2),
+    );
+    for user in ["u1", "u2", "u3"] {
+        let outcome = w.service.grab(&request(user)).await;
+        assert!(matches!(outcome, Err(GrabError::Unavailable(_))), "{outcome:?}");
+    }
+    assert_eq!(w.catalog.lookups.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(w.repairs.asked.lock().unwrap().len(), 1);
+    // A window later the instance asks again if the state is still gone.
+    w.clock.advance(LOOKUP_MEMORY_MS as i64);
+    let _ = w.service.grab(&request("u4")).await;
+    assert_eq!(w.repairs.asked.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn an_unknown_coupon_is_not_found_and_looked_up_once_per_window() {
+    let w = world(ScriptedLedger::default(), FakeRisk::allowing(), FakeQueue::default());
+    for user in ["u1", "u2", "u3"] {
+        let outcome = w.service.grab(&request(user)).await.unwrap();
+        assert!(
+            matches!(
+                outcome,
+                GrabOutcome::Rejected {
+                    reason: Rejection::NotFound,
+                    ..
+                }
+            ),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(w.catalog.lookups.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert!(w.repairs.asked.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_refused_repair_request_still_answers_busy_and_is_counted() {
+    let w = world_with(
+        ScriptedLedger::default(),
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+        MemoryCatalog::with("c", 1),
+    );
+    w.repairs.refusing.store(true, std::sync::atomic::Ordering::Relaxed);
+    let outcome = w.service.grab(&request("u")).await;
+    assert!(matches!(outcome, Err(GrabError::Unavailable(_))), "{outcome:?}");
+    assert_eq!(w.metrics.total("RepairRequestFailed"), 1);
 }

@@ -44,7 +44,7 @@ use crate::error::StoreError;
 use crate::grab::ports::{Claim, Recorded, StockLedger};
 use crate::grab::{finish_borrow, home_shard};
 use crate::grant::Grant;
-use crate::ids::UserId;
+use crate::ids::{CouponId, UserId};
 use crate::metrics::Metrics;
 
 mod figures;
@@ -157,6 +157,37 @@ impl Reconciler {
         let drift: u64 = report.coupons.iter().map(|c| c.drift.unsigned_abs()).sum();
         self.ports.metrics.count("ReconcileDriftTotal", None, drift);
         info!(coupons = report.coupons.len(), clean = report.is_clean(), "reconciled");
+        Ok(report)
+    }
+
+    /// A pass over the named coupons only: what a grab asks for when it
+    /// finds a coupon's Redis state gone (the repair queue), so the sale
+    /// heals in seconds instead of at the next scheduled pass. Coupons that
+    /// do not exist (or whose window is long over) are skipped; the rest are
+    /// reconciled exactly as [`Self::run`] does it. A coupon whose rebuild
+    /// still waits for the grant queue reports `shards_waiting` > 0, and the
+    /// caller asks again later.
+    #[instrument(skip_all, fields(coupons = coupons.len()))]
+    pub async fn repair(&self, coupons: &[CouponId]) -> Result<ReconcileReport, StoreError> {
+        let now = self.ports.clock.now_ms();
+        let mut report = ReconcileReport {
+            started_at_ms: now,
+            ..ReconcileReport::default()
+        };
+        let mut seen = HashSet::new();
+        for coupon in coupons.iter().filter(|c| seen.insert(*c)) {
+            let Some(stored) = self.ports.facts.stored(coupon).await? else {
+                continue;
+            };
+            let def = &stored.definition;
+            if now > def.grab_end_ms.saturating_add(self.settings.retention_ms) {
+                continue;
+            }
+            let figures = self.coupon(def, now).await?;
+            self.publish(&figures);
+            report.coupons.push(figures);
+        }
+        info!(coupons = report.coupons.len(), "repaired on request");
         Ok(report)
     }
 
@@ -307,6 +338,7 @@ impl Reconciler {
         if !missing.is_empty() && now < def.grab_end_ms && in_flight == Some(0) {
             self.rebuild(&stored, held, &missing, &mut r, now).await?;
         } else if !missing.is_empty() && now < def.grab_end_ms {
+            r.shards_waiting = missing.len() as u32;
             r.causes.push(match in_flight {
                 Some(n) => format!(
                     "{} shard(s) have no Redis state; rebuilt once the {n} grant(s) in the queue have reached DynamoDB",

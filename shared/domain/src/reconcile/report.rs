@@ -36,6 +36,9 @@ pub struct CouponReport {
     pub shards_rebuilt: u32,
     /// Units put back into Redis by the rebuild.
     pub restored: u64,
+    /// Shards still without Redis state after this pass: their rebuild
+    /// waits until the grants on their way have reached DynamoDB.
+    pub shards_waiting: u32,
     /// Why the figures are what they are, in words, when anything was off.
     pub causes: Vec<String>,
 }

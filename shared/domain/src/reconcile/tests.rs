@@ -311,3 +311,37 @@ async fn a_pending_grant_is_re_driven_at_once_only_when_the_queue_is_empty() {
     let old = w.reconciler.coupon(&def, NOW + 600_000).await.unwrap();
     assert_eq!(old.redriven, 1, "past the backlog horizon it goes anyway");
 }
+
+/// A grab that found the coupon's Redis state gone asks for a repair: the
+/// named coupon is rebuilt at once, an unknown one is skipped, and a
+/// rebuild that must wait for the queue says so (the request is retried).
+#[tokio::test]
+async fn a_repair_request_rebuilds_the_named_coupon_or_says_it_waits() {
+    let w = world();
+    let def = coupon(10, 1);
+    w.facts.definitions.lock().unwrap().push(def.clone());
+    let unknown = CouponId::parse("never-created").unwrap();
+
+    *w.queue.in_flight.lock().unwrap() = Some(2);
+    let waiting = w
+        .reconciler
+        .repair(&[def.coupon_id.clone(), unknown.clone()])
+        .await
+        .unwrap();
+    assert_eq!(waiting.coupons.len(), 1, "the unknown coupon is skipped");
+    assert_eq!(waiting.coupons[0].shards_waiting, 1);
+    assert!(w.shards.state(&def.coupon_id, 0).is_none());
+
+    *w.queue.in_flight.lock().unwrap() = Some(0);
+    let repaired = w
+        .reconciler
+        .repair(&[def.coupon_id.clone(), def.coupon_id.clone()])
+        .await
+        .unwrap();
+    assert_eq!(repaired.coupons.len(), 1, "a coupon named twice is repaired once");
+    assert_eq!(
+        (repaired.coupons[0].shards_rebuilt, repaired.coupons[0].shards_waiting),
+        (1, 0)
+    );
+    assert_eq!(w.shards.state(&def.coupon_id, 0).unwrap().stock, 10);
+}

@@ -10,7 +10,8 @@ use async_trait::async_trait;
 
 use crate::error::{PublishError, StoreError};
 use crate::grab::ports::{
-    Claim, ClaimReply, GrantPublisher, Recorded, RiskDecision, RiskGuard, RiskHold, StockLedger, TakeReply,
+    Claim, ClaimReply, CouponCatalog, GrantPublisher, Recorded, RepairRequests, RiskDecision, RiskGuard, RiskHold,
+    StockLedger, TakeReply,
 };
 use crate::grant::{Grant, GrantRecord};
 use crate::ids::{ClientIp, CouponId};
@@ -20,7 +21,7 @@ use crate::outcome::RiskReason;
 /// A ledger that answers with fixed replies and records its calls.
 #[derive(Default)]
 pub struct ScriptedLedger {
-    /// The shard count it reports.
+    /// The shard count it reports; 0 reports no such coupon.
     pub shards: u32,
     /// The answer to every claim.
     pub claim: Option<ClaimReply>,
@@ -49,7 +50,8 @@ impl ScriptedLedger {
 #[async_trait]
 impl StockLedger for ScriptedLedger {
     async fn shard_count(&self, _: &CouponId) -> Result<Option<u32>, StoreError> {
-        Ok(Some(self.shards))
+        // 0 shards: Redis knows nothing of the coupon.
+        Ok((self.shards > 0).then_some(self.shards))
     }
     async fn claim(&self, _: &Claim<'_>) -> Result<ClaimReply, StoreError> {
         self.log("claim".into());
@@ -186,4 +188,55 @@ pub struct Silent;
 
 impl Metrics for Silent {
     fn count(&self, _: &'static str, _: Option<(&'static str, &str)>, _: u64) {}
+}
+
+/// The durable catalogue: the coupons created, with their shard counts,
+/// and how often it was asked.
+#[derive(Default)]
+pub struct MemoryCatalog {
+    /// Coupon -> shard count.
+    pub coupons: Mutex<HashMap<CouponId, u32>>,
+    /// Lookups made.
+    pub lookups: AtomicU64,
+}
+
+impl MemoryCatalog {
+    /// A catalogue holding `coupon` with `shards` shards.
+    pub fn with(coupon: &str, shards: u32) -> Self {
+        let catalog = Self::default();
+        catalog
+            .coupons
+            .lock()
+            .unwrap()
+            .insert(CouponId::parse(coupon).expect("a valid coupon id"), shards);
+        catalog
+    }
+}
+
+#[async_trait]
+impl CouponCatalog for MemoryCatalog {
+    async fn shard_count(&self, coupon: &CouponId) -> Result<Option<u32>, StoreError> {
+        self.lookups.fetch_add(1, Ordering::Relaxed);
+        Ok(self.coupons.lock().unwrap().get(coupon).copied())
+    }
+}
+
+/// Repair requests, recorded (or refused while `refusing`).
+#[derive(Default)]
+pub struct FakeRepairs {
+    /// Coupons whose repair was asked for, in order.
+    pub asked: Mutex<Vec<CouponId>>,
+    /// Refuse every request (the queue is down).
+    pub refusing: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl RepairRequests for FakeRepairs {
+    async fn request_repair(&self, coupon: &CouponId, _now_ms: i64) -> Result<(), PublishError> {
+        if self.refusing.load(Ordering::Relaxed) {
+            return Err(PublishError("repair queue refuses".into()));
+        }
+        self.asked.lock().unwrap().push(coupon.clone());
+        Ok(())
+    }
 }

@@ -11,6 +11,6 @@ mod grab;
 mod reconcile;
 mod wallet;
 
-pub use grab::{AllowAll, CountingQueue, FakeQueue, FakeRisk, ScriptedLedger, Silent};
+pub use grab::{AllowAll, CountingQueue, FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, ScriptedLedger, Silent};
 pub use reconcile::{FakeRedrive, MemoryFacts, MemoryShards, ShardState, ShardsHook};
 pub use wallet::{MemoryOutbox, MemoryWallet};

@@ -1,0 +1,414 @@
+"""The fault harness of `make chaos`: real parts that fail on command.
+
+- `SqsFaults`: an HTTP proxy between the functions and the SQS endpoint that
+  answers SendMessage with 503 while told to (SQS unable to take a message).
+- `RedisPair`: a primary and a replica (real redis-server processes of the
+  run's own), failed over the way ElastiCache does it: the replica lags, the
+  primary dies, the replica is promoted, a new replica syncs from it.
+- `RedisProxy`: the endpoint the functions connect to (ElastiCache's primary
+  endpoint, a DNS name that moves on failover). It forwards to the current
+  primary, drops every connection when the primary changes, and can hold
+  the primary's replies back (so a caller is killed after Redis ran its
+  command and before the answer reached it).
+- `LambdaHost`: a function binary run the way Lambda runs it, behind a
+  minimal Runtime API: one invocation per process at a time, a process that
+  dies mid-invocation fails that invocation (API Gateway answers 502) and is
+  replaced by a fresh one for the next event. `cargo lambda watch` does not
+  replace a killed process (its invoke API waits on it forever), so the
+  crash scenario runs the grab here.
+
+Nothing here is a mock of the system under test: the functions, Redis and
+the AWS endpoint are the same ones `make up` runs.
+"""
+import http.client
+import http.server
+import json
+import os
+import pathlib
+import queue
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+
+HOST = "127.0.0.1"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- SQS
+
+class SqsFaults:
+    """An HTTP proxy for SQS between the functions and the local endpoint.
+    While `refusing` is set it answers SendMessage with 503, as SQS does
+    when it cannot take a message; everything else passes through."""
+
+    def __init__(self, upstream):
+        self.upstream = upstream.split("://", 1)[1]
+        self.refusing = threading.Event()
+        self.refused = 0
+        faults = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                try:
+                    self.relay()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the caller went away (a retry, a shutdown, a kill)
+
+            def relay(self):
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                target = self.headers.get("x-amz-target", "") + body[:200].decode("latin-1")
+                if faults.refusing.is_set() and "SendMessage" in target:
+                    faults.refused += 1
+                    payload = b'{"__type":"ServiceUnavailable","message":"chaos: SQS refuses sends"}'
+                    self.send_response(503)
+                    self.send_header("content-type", "application/x-amz-json-1.0")
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                conn = http.client.HTTPConnection(faults.upstream, timeout=30)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                conn.request("POST", self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = http.server.ThreadingHTTPServer((HOST, 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://{HOST}:{self.server.server_address[1]}"
+
+
+# ---------------------------------------------------------------- Redis
+
+class RedisNode:
+    """One redis-server process of the run's own, controlled by its PID."""
+
+    def __init__(self, root, port=None, replica_of=None):
+        self.port = port or free_port()
+        self.dir = pathlib.Path(root) / f"redis-{self.port}"
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+        args = ["redis-server", "--port", str(self.port), "--bind", HOST, "--save", "", "--appendonly", "no",
+                "--dir", str(self.dir)]
+        if replica_of:
+            args += ["--replicaof", HOST, str(replica_of)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.wait_for(lambda info: "redis_version" in info, "to answer")
+
+    def cli(self, *args):
+        out = subprocess.run(["redis-cli", "-p", str(self.port), *args], capture_output=True, text=True, timeout=30)
+        return out.stdout
+
+    def wait_for(self, ready, what, seconds=30):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if ready(self.cli("INFO", "replication") + self.cli("INFO", "server")):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"redis-server on {self.port} did not come {what}")
+
+    def signal(self, sig):
+        os.kill(self.proc.pid, sig)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisPair:
+    """A primary and one replica in sync: what an ElastiCache shard with
+    Multi-AZ is. The functions reach it through `proxy`; the replication
+    stream runs through `link`, a proxy of its own, so it can lag."""
+
+    def __init__(self, root):
+        self.root = root
+        self.primary = RedisNode(root)
+        self.link = RedisProxy(self.primary.port)
+        self.replica = RedisNode(root, replica_of=self.link.port)
+        self.in_sync()
+        self.proxy = RedisProxy(self.primary.port)
+        self.failovers = 0
+
+    def in_sync(self):
+        self.replica.wait_for(lambda info: "master_link_status:up" in info, "in sync")
+        self.primary.wait_for(lambda info: "connected_slaves:1" in info, "to see its replica")
+
+    def url(self):
+        return f"redis://{HOST}:{self.proxy.port}"
+
+    def cli(self, *args):
+        """A command on the current primary (as an operator would run it)."""
+        return self.primary.cli(*args)
+
+    def fail_over(self, lag_seconds):
+        """The replication stream stalls in the network (the replica lags:
+        every write from now on exists on the primary alone, and a `WAIT`
+        sees no acknowledgement); `lag_seconds` later the primary is killed
+        and what was in flight to the replica is lost with it; the replica
+        is promoted with what it had, the endpoint moves to it (every open
+        connection drops), and the old node comes back as a new, empty
+        replica that syncs from the new primary."""
+        self.link.holding.set()
+        time.sleep(lag_seconds)
+        self.primary.signal(9)  # SIGKILL
+        self.primary.proc.wait()
+        self.link.close()
+        if "OK" not in self.replica.cli("REPLICAOF", "NO", "ONE"):
+            raise RuntimeError("the replica refused promotion")
+        old = self.primary
+        self.primary = self.replica
+        self.proxy.switch(self.primary.port)
+        old.stop()
+        self.link = RedisProxy(self.primary.port)
+        self.replica = RedisNode(self.root, port=old.port, replica_of=self.link.port)
+        self.in_sync()
+        self.failovers += 1
+
+    def stop(self):
+        self.proxy.close()
+        self.link.close()
+        for node in (self.primary, self.replica):
+            node.stop()
+
+
+class RedisProxy:
+    """A TCP proxy: the primary endpoint's DNS name (for the functions) or
+    the network between primary and replica (for the replication link)."""
+
+    def __init__(self, upstream_port):
+        self.upstream = upstream_port
+        self.holding = threading.Event()
+        self.lock = threading.Lock()
+        self.pairs = set()
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind((HOST, 0))
+        self.listener.listen(256)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection((HOST, self.upstream), timeout=5)
+            except OSError:
+                client.close()  # the primary is down: the caller sees a refused connection
+                continue
+            server.settimeout(None)
+            for s in (client, server):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            pair = (client, server)
+            with self.lock:
+                self.pairs.add(pair)
+            threading.Thread(target=self.pipe, args=(client, server, False, pair), daemon=True).start()
+            threading.Thread(target=self.pipe, args=(server, client, True, pair), daemon=True).start()
+
+    def pipe(self, src, dst, replies, pair):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                while replies and self.holding.is_set() and pair in self.pairs:
+                    time.sleep(0.005)
+                dst.sendall(data)
+        except OSError:
+            pass
+        self.drop(pair)
+
+    def drop(self, pair):
+        with self.lock:
+            self.pairs.discard(pair)
+        for s in pair:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def switch(self, port):
+        """The endpoint now names `port`; every open connection drops."""
+        self.upstream = port
+        with self.lock:
+            pairs = list(self.pairs)
+        for pair in pairs:
+            self.drop(pair)
+
+    def close(self):
+        self.listener.close()
+        self.switch(self.upstream)
+
+
+# ---------------------------------------------------------------- Lambda
+
+def env_file(path):
+    values = {}
+    for line in pathlib.Path(path).read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            values[key] = value
+    return values
+
+
+class Environment:
+    """One execution environment: a process and the Runtime API it polls."""
+
+    def __init__(self, host, index):
+        self.host, self.index = host, index
+        self.current = None  # (request id, reply queue) of the invocation in flight
+        self.generation = 0  # one per process started
+        self.lock = threading.Lock()
+        self.proc = None
+        env = self
+
+        class RuntimeApi(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                if not self.path.endswith("/invocation/next"):
+                    self.send_error(404)
+                    return
+                generation = env.generation
+                while True:
+                    # A poll from a process that has since been killed must
+                    # not take an event: nobody would answer it.
+                    if env.generation != generation or host.closed:
+                        return
+                    try:
+                        event, reply = host.inbox.get(timeout=0.1)
+                    except queue.Empty:
+                        continue
+                    with env.lock:
+                        if env.generation == generation:
+                            env.current = (str(uuid.uuid4()), reply)
+                            request_id = env.current[0]
+                            break
+                    host.inbox.put((event, reply))
+                    return
+                body = json.dumps(event).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Lambda-Runtime-Aws-Request-Id", request_id)
+                self.send_header("Lambda-Runtime-Deadline-Ms", str(int(time.time() * 1000) + 30_000))
+                self.send_header("Lambda-Runtime-Invoked-Function-Arn",
+                                 f"arn:aws:lambda:us-east-1:123456789012:function:{host.name}")
+                self.send_header("Lambda-Runtime-Trace-Id", "Root=1-00000000-000000000000000000000000")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with env.lock:
+                    current = env.current
+                    if current is not None and current[0] in self.path:
+                        env.current = None
+                    else:
+                        current = None
+                if current is not None:
+                    ok = self.path.endswith("/response")
+                    current[1].put((ok, body))
+                self.send_response(202)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = http.server.ThreadingHTTPServer((HOST, 0), RuntimeApi)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.start()
+        threading.Thread(target=self.supervise, daemon=True).start()
+
+    def start(self):
+        env = dict(self.host.env, AWS_LAMBDA_RUNTIME_API=f"{HOST}:{self.server.server_address[1]}")
+        self.proc = subprocess.Popen([str(self.host.binary)], env=env, stdout=self.host.log, stderr=self.host.log)
+
+    def supervise(self):
+        """Lambda's part when a runtime dies: the invocation in flight fails
+        and the next event goes to a fresh process (a cold start)."""
+        while not self.host.closed:
+            if self.proc.poll() is not None:
+                with self.lock:
+                    current, self.current = self.current, None
+                    self.generation += 1
+                if current is not None:
+                    current[1].put((False, b'{"errorType":"Runtime.ExitError"}'))
+                if self.host.closed:
+                    return
+                self.host.restarts += 1
+                self.start()
+            time.sleep(0.01)
+
+    def busy(self):
+        with self.lock:
+            return self.current is not None
+
+    def kill(self):
+        """SIGKILL by PID, as a crash or an out-of-memory kill does."""
+        try:
+            os.kill(self.proc.pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+class LambdaHost:
+    """`count` environments of one function binary sharing one event queue."""
+
+    def __init__(self, name, binary, env, log, count=4):
+        self.name, self.binary, self.env, self.log = name, binary, env, log
+        self.inbox = queue.Queue()
+        self.closed = False
+        self.restarts = 0
+        self.environments = [Environment(self, i) for i in range(count)]
+
+    def invoke(self, event, timeout=60):
+        """(ok, payload bytes); not ok when the function failed or died."""
+        reply = queue.Queue()
+        self.inbox.put((event, reply))
+        try:
+            return reply.get(timeout=timeout)
+        except queue.Empty:
+            return False, b'{"errorType":"Timeout"}'
+
+    def kill_busy(self):
+        """Kills every process that is handling an invocation; how many."""
+        killed = 0
+        for environment in self.environments:
+            if environment.busy():
+                environment.kill()
+                killed += 1
+        return killed
+
+    def close(self):
+        self.closed = True
+        for environment in self.environments:
+            environment.kill()
+            environment.proc.wait()
+            environment.server.shutdown()
