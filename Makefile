@@ -51,7 +51,7 @@ test-infra:
 	@$(ENV) SAM_CLI_TELEMETRY=0 sam validate --lint --region us-east-1 -t template.yaml >/dev/null
 	@$(ENV) python -m pytest -q infra/tests
 
-test-chaos: stack build ## The short pass of make chaos (four faults, small sales)
+test-chaos: stack build ## The short pass of make chaos (five faults, small sales)
 	@$(ENV) python infra/chaos.py --short
 
 test-contract: stack build ## The served functions against docs/openapi.yaml (schemathesis)

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use coupon_domain::reconcile::ports::DurableFacts;
 
-use crate::support::{Harness, Options, ReplicaPair};
+use crate::support::{Harness, Options, ReplicaPair, Server};
 
 fn on(pair: &ReplicaPair) -> Options {
     Options {
@@ -92,4 +92,80 @@ async fn a_failover_to_a_replica_that_lagged_loses_no_success() {
         after.facts().rejections(&coupon).await.unwrap().is_empty(),
         "no SUCCESS turned REJECTED"
     );
+}
+
+/// Redis restarted from a snapshot older than its last writes (a node that
+/// persists by RDB crashing; a restore): the grants minted after the
+/// snapshot were issued, but the shard has forgotten them and would sell
+/// their units again (the last winners told SUCCESS, then REJECTED at the
+/// DynamoDB cap). The issuer keeps each shard's high-water mark durably;
+/// the reconciler finds the shard behind it, drops it and rebuilds it from
+/// DynamoDB: nothing issued is offered again, and new grant ids never
+/// repeat issued ones.
+#[tokio::test]
+async fn a_shard_restarted_from_an_old_snapshot_never_sells_issued_units_again() {
+    let mut server = Server::standalone();
+    let h = Harness::with(Options {
+        redis_url: Some(server.url()),
+        ..Options::without_ip_limit()
+    })
+    .await;
+    let mut def = h.coupon(6);
+    def.shards = 1;
+    let coupon = h.create(&def).await;
+    for i in 0..2 {
+        assert_eq!(h.grab(&coupon, &format!("before-{i}"), "r").await.code(), "SUCCESS");
+    }
+    assert!(server.cmd(&["SAVE"]).contains("OK"));
+    let mut told = HashSet::new();
+    for i in 0..3 {
+        let won = h.grab(&coupon, &format!("after-{i}"), "r").await;
+        assert_eq!(won.code(), "SUCCESS");
+        told.insert(won.body["data"]["grantId"].as_str().unwrap().to_owned());
+    }
+    h.pump().await;
+    assert_eq!(h.facts().issued(&coupon).await.unwrap(), 5);
+
+    server.restart_from_snapshot();
+    wait_for_redis(&h).await;
+    let report = h.reconcile(&def).await;
+    assert_eq!(
+        (report.shards_rolled_back, report.shards_rebuilt, report.restored),
+        (1, 1, 1),
+        "{report:?}"
+    );
+
+    // The sale goes on: one unit is left, and the users the snapshot forgot
+    // still hold theirs.
+    for i in 0..3 {
+        assert_eq!(h.grab(&coupon, &format!("after-{i}"), "again").await.code(), "ALREADY_CLAIMED");
+    }
+    let mut late = Vec::new();
+    for i in 0..4 {
+        let pressed = h.grab(&coupon, &format!("late-{i}"), "r").await;
+        if pressed.code() == "SUCCESS" {
+            late.push(pressed.body["data"]["grantId"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(late.len(), 1, "exactly the one unit nobody holds");
+    assert!(!told.contains(&late[0]), "a new grant id, not an issued one");
+    h.pump().await;
+    assert_eq!(h.facts().issued(&coupon).await.unwrap(), 6);
+    assert!(
+        h.facts().rejections(&coupon).await.unwrap().is_empty(),
+        "no SUCCESS turned REJECTED"
+    );
+    assert_eq!(h.reconcile(&def).await.drift, 0);
+}
+
+/// Until the restarted server answers (the client reconnects on its own).
+async fn wait_for_redis(h: &Harness) {
+    for _ in 0..100 {
+        let mut conn = h.redis.connection();
+        if redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("redis did not come back");
 }

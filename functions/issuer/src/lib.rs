@@ -8,6 +8,12 @@
 //! message id fails the whole batch: the response could not name it, and
 //! acknowledging it by omission would lose it.
 //!
+//! After the batch, each stock shard that minted one of its grants gets its
+//! durable high-water mark raised (one write per shard, not per grant); a
+//! grant whose shard's mark could not be written is reported failed, so no
+//! message is acknowledged before the mark that lets the reconciler see its
+//! shard roll back.
+//!
 //! [`wire`] builds the function over real clients (or, in tests, over a
 //! ledger that injects faults), for `main.rs` and the integration tests.
 
@@ -19,7 +25,8 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use coupon_adapters::aws;
 use coupon_adapters::dynamodb::{Client, DynamoCouponRepository, DynamoIssueLedger, Tables};
 use coupon_domain::clock::{Clock, SystemClock};
-use coupon_domain::issuance::{IssueFailure, IssueLedger, IssuerService};
+use coupon_domain::grant::Grant;
+use coupon_domain::issuance::{GrantRef, IssueFailure, IssueLedger, IssuerService};
 use coupon_domain::metrics::{EmfMetrics, Metrics};
 use futures::stream::{self, StreamExt};
 use lambda_runtime::{Error, LambdaEvent};
@@ -50,26 +57,36 @@ pub async fn handle(issuer: &Issuer, event: LambdaEvent<SqsEvent>) -> Result<Sqs
         return Err(format!("record {i} has no message id").into());
     }
     let now = issuer.clock.now_ms();
-    let failed: Vec<String> = stream::iter(records)
+    let results: Vec<(String, Option<Grant>)> = stream::iter(records)
         .map(|record| async move {
             let id = record.message_id.unwrap_or_default();
             let body = record.body.unwrap_or_default();
             match issuer.service.issue_message(&body, now).await {
-                Ok(_) => None,
+                Ok((grant, _)) => (id, Some(grant)),
                 Err(e @ IssueFailure::Poison(_)) => {
                     error!(message = %id, error = %e, "poison message; it will reach the dead-letter queue");
-                    Some(id)
+                    (id, None)
                 }
                 Err(e) => {
                     warn!(message = %id, error = %e, source = ?std::error::Error::source(&e), "issue failed; SQS re-delivers");
-                    Some(id)
+                    (id, None)
                 }
             }
         })
         .buffer_unordered(issuer.concurrency.max(1))
-        .filter_map(futures::future::ready)
         .collect()
         .await;
+    let seen: Vec<Grant> = results.iter().filter_map(|(_, g)| g.clone()).collect();
+    let unmarked = issuer.service.raise_high_water(&seen).await;
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter(|(_, grant)| match grant {
+            None => true,
+            Some(g) => GrantRef::parse(&g.grant_id)
+                .is_some_and(|m| unmarked.iter().any(|(c, s)| *c == m.coupon && *s == m.shard)),
+        })
+        .map(|(id, _)| id)
+        .collect();
     let mut response = SqsBatchResponse::default();
     response.batch_item_failures = failed
         .into_iter()

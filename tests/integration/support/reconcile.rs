@@ -112,4 +112,7 @@ impl DurableFacts for OwnCoupons {
     async fn was_rebuilt(&self, c: &CouponId) -> Result<bool, StoreError> {
         self.inner.was_rebuilt(c).await
     }
+    async fn high_water(&self, c: &CouponId) -> Result<std::collections::HashMap<u32, u64>, StoreError> {
+        self.inner.high_water(c).await
+    }
 }

@@ -1,6 +1,7 @@
 //! A real primary and replica, started by a test and controlled by PID: the
 //! harness for faults a single redis-server cannot show (a replica that
-//! lags because it is stopped, a primary killed, the replica promoted).
+//! lags because it is stopped, a primary killed, the replica promoted; a
+//! server killed and restarted from a snapshot older than its last writes).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,10 +14,33 @@ pub struct Server {
 }
 
 impl Server {
+    /// One server of the test's own, no replica.
+    pub fn standalone() -> Self {
+        Self::start(None)
+    }
+
+    /// Kills the server (SIGKILL: nothing is saved on the way down) and
+    /// starts it again on the same port from the snapshot in its directory
+    /// (written by `SAVE`): every write after the snapshot is gone, as
+    /// after a crash of a node persisting by RDB, or a restore.
+    pub fn restart_from_snapshot(&mut self) {
+        self.signal("KILL");
+        let _ = self.child.wait();
+        self.child = Self::spawn(self.port, &self.dir, None);
+        self.wait_for(|info| info.contains("loading:0"), "back from its snapshot");
+    }
+
     fn start(replica_of: Option<u16>) -> Self {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("coupon-replica-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("server dir");
+        let child = Self::spawn(port, &dir, replica_of);
+        let server = Self { port, child, dir };
+        server.wait_for(|info| info.contains("redis_version"), "to answer");
+        server
+    }
+
+    fn spawn(port: u16, dir: &std::path::Path, replica_of: Option<u16>) -> Child {
         let mut cmd = Command::new("redis-server");
         cmd.args([
             "--port",
@@ -29,16 +53,13 @@ impl Server {
             "no",
         ])
         .arg("--dir")
-        .arg(&dir)
+        .arg(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
         if let Some(primary) = replica_of {
             cmd.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
         }
-        let child = cmd.spawn().expect("redis-server on the PATH (make stack installs it)");
-        let server = Self { port, child, dir };
-        server.wait_for(|info| info.contains("redis_version"), "to answer");
-        server
+        cmd.spawn().expect("redis-server on the PATH (make stack installs it)")
     }
 
     pub fn url(&self) -> String {

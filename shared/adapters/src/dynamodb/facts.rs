@@ -160,4 +160,15 @@ impl DurableFacts for DynamoFacts {
     async fn was_rebuilt(&self, coupon: &CouponId) -> Result<bool, StoreError> {
         Ok(!self.tables.coupon_items(coupon, "REBUILD#").await?.is_empty())
     }
+
+    async fn high_water(&self, coupon: &CouponId) -> Result<HashMap<u32, u64>, StoreError> {
+        let items = self.tables.coupon_items(coupon, "SEQ#").await?;
+        Ok(items
+            .iter()
+            .filter_map(|i| {
+                let shard = get_s(i, "sk")?.strip_prefix("SEQ#")?.parse().ok()?;
+                Some((shard, get_n(i, super::issue::HIGH_WATER)?))
+            })
+            .collect())
+    }
 }

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
 use coupon_domain::coupon::{counter_items_for, fnv1a64, CouponDefinition};
 use coupon_domain::error::BoxError;
@@ -185,6 +186,44 @@ impl IssueLedger for DynamoIssueLedger {
     async fn issue(&self, grant: &Grant, def: &CouponDefinition, now_ms: i64) -> Result<IssueOutcome, IssueError> {
         retry_throttled(THROTTLED_ATTEMPTS, || self.issue_once(grant, def, now_ms)).await
     }
+
+    async fn raise_high_water(&self, coupon: &CouponId, shard: u32, seq: u64) -> Result<(), IssueError> {
+        // `SEQ#<shard>` in the coupon's partition; only ever raised, so a
+        // mark already at or above `seq` is a success, not a conflict.
+        let result = self
+            .tables
+            .client
+            .update_item()
+            .table_name(&self.tables.coupons)
+            .key("pk", s(coupon_pk(coupon)))
+            .key("sk", s(high_water_sk(shard)))
+            .update_expression("SET #h = :s")
+            .condition_expression("attribute_not_exists(#h) OR #h < :s")
+            .expression_attribute_names("#h", HIGH_WATER)
+            .expression_attribute_values(":s", n(seq))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(())
+            }
+            Err(e) => {
+                let throttled = e.code().is_some_and(|c| c.contains("Throttl"));
+                Err(classify(Box::new(e), throttled))
+            }
+        }
+    }
+}
+
+/// The attribute of a shard's high-water mark item.
+pub(super) const HIGH_WATER: &str = "high_water";
+
+/// The sort key of a shard's high-water mark item.
+pub(super) fn high_water_sk(shard: u32) -> String {
+    format!("SEQ#{shard}")
 }
 
 impl DynamoIssueLedger {

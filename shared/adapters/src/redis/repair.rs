@@ -12,7 +12,7 @@ use redis::AsyncCommands;
 
 use super::conn::{protocol, unavailable, Redis};
 use super::preheat::meta_fields;
-use super::scripts::{BUMP_EPOCH, RESTORE_USERS};
+use super::scripts::{BUMP_EPOCH, DROP_IF_BEHIND, RESTORE_USERS};
 
 /// [`StockRepair`] on Redis.
 #[derive(Clone)]
@@ -120,6 +120,22 @@ impl StockRepair for RedisRepair {
             "EXISTS" | "CONFLICT" => Ok(false),
             other => Err(protocol("preheat.lua", format!("unknown reply {other:?}"))),
         }
+    }
+
+    async fn drop_if_behind(&self, coupon: &CouponId, shard: u32, high_water: u64) -> Result<bool, StoreError> {
+        let k = self.redis.keys.shard(coupon, shard);
+        let mut conn = self.redis.conn.clone();
+        let dropped: i64 = DROP_IF_BEHIND
+            .key(k.meta())
+            .key(k.users())
+            .key(k.outbox())
+            .key(k.taken())
+            .key(k.borrowing())
+            .arg(high_water)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(dropped == 1)
     }
 
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {

@@ -3,6 +3,11 @@
 //!
 //! The order of steps is the design:
 //!
+//! 0. The coupon's shard count: from the instance's memory, else Redis. If
+//!    Redis knows nothing of the coupon, the durable catalogue decides (one
+//!    read per unknown id per [`LOOKUP_MEMORY_MS`]): a coupon that exists
+//!    but whose Redis state is gone answers BUSY and asks for its repair
+//!    (once per window); one never created is NOT_FOUND.
 //! 1. Sold-out memory: after a sell-out, answer from memory (plus one read of
 //!    the request id, so that a replay still gets its original win).
 //! 2. Risk reservation (blacklist, daily claims, distinct users per IP), in

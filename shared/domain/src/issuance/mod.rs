@@ -185,12 +185,36 @@ impl IssuerService {
         }
     }
 
-    /// Parses and issues one message body.
+    /// Parses and issues one message body; the grant and its outcome.
     #[instrument(skip_all)]
-    pub async fn issue_message(&self, body: &str, now_ms: i64) -> Result<IssueOutcome, IssueFailure> {
+    pub async fn issue_message(&self, body: &str, now_ms: i64) -> Result<(Grant, IssueOutcome), IssueFailure> {
         let grant: Grant = serde_json::from_str(body)
             .map_err(|e| IssueFailure::Poison(format!("not a grant: {}", e.classify_name())))?;
-        self.issue(&grant, now_ms).await
+        let outcome = self.issue(&grant, now_ms).await?;
+        Ok((grant, outcome))
+    }
+
+    /// Raises the durable high-water mark of every shard that minted one of
+    /// `grants` (each one the ledger has now seen, issued, duplicate or
+    /// rejected: each consumed its sequence), one write per shard. Returns
+    /// the shards whose mark could not be written: the caller must not
+    /// acknowledge their messages, so that a grant is never acknowledged
+    /// before the mark that would reveal its shard rolling back.
+    pub async fn raise_high_water(&self, grants: &[Grant]) -> Vec<(CouponId, u32)> {
+        let mut marks: HashMap<(CouponId, u32), u64> = HashMap::new();
+        for minted in grants.iter().filter_map(|g| GrantRef::parse(&g.grant_id)) {
+            let mark = marks.entry((minted.coupon, minted.shard)).or_default();
+            *mark = (*mark).max(minted.seq);
+        }
+        let mut failed = Vec::new();
+        for ((coupon, shard), seq) in marks {
+            if let Err(e) = self.ledger.raise_high_water(&coupon, shard, seq).await {
+                warn!(coupon = %coupon, shard, error = %e, "high-water mark not recorded; the batch's grants come back");
+                self.metrics.count("HighWaterFailed", None, 1);
+                failed.push((coupon, shard));
+            }
+        }
+        failed
     }
 
     /// Issues one grant.
@@ -259,7 +283,88 @@ pub type Holdings = HashMap<UserId, u32>;
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
+    use crate::testing::Silent;
+
+    /// Issues everything; records the marks it is asked to raise, refusing
+    /// those of one shard.
+    #[derive(Default)]
+    struct Marks {
+        raised: Mutex<Vec<(String, u32, u64)>>,
+        refuse_shard: Option<u32>,
+    }
+
+    #[async_trait::async_trait]
+    impl IssueLedger for Marks {
+        async fn issue(&self, _: &Grant, _: &CouponDefinition, _: i64) -> Result<IssueOutcome, IssueError> {
+            Ok(IssueOutcome::Issued)
+        }
+        async fn raise_high_water(&self, coupon: &CouponId, shard: u32, seq: u64) -> Result<(), IssueError> {
+            if self.refuse_shard == Some(shard) {
+                return Err(IssueError::Unavailable("throttled".into()));
+            }
+            self.raised.lock().unwrap().push((coupon.to_string(), shard, seq));
+            Ok(())
+        }
+    }
+
+    fn grant(id: &str) -> Grant {
+        Grant {
+            grant_id: id.into(),
+            coupon_id: GrantRef::parse(id).unwrap().coupon,
+            user_id: UserId::parse("u").unwrap(),
+            ordinal: 1,
+            request_id: crate::ids::RequestId::parse("r").unwrap(),
+            shard: GrantRef::parse(id).unwrap().shard,
+            granted_at_ms: 0,
+        }
+    }
+
+    /// No definitions: raising marks never reads one.
+    struct NoDefinitions;
+
+    #[async_trait::async_trait]
+    impl CouponRepository for NoDefinitions {
+        async fn put_definition(&self, _: &CouponDefinition) -> Result<crate::catalog::Stored, StoreError> {
+            unreachable!("not used")
+        }
+        async fn mark_preheated(&self, _: &CouponId) -> Result<(), StoreError> {
+            unreachable!("not used")
+        }
+        async fn get_definition(&self, _: &CouponId) -> Result<Option<CouponDefinition>, StoreError> {
+            Ok(None)
+        }
+    }
+
+    fn service(ledger: Arc<Marks>) -> IssuerService {
+        IssuerService::new(ledger, Arc::new(NoDefinitions), Arc::new(Silent))
+    }
+
+    #[tokio::test]
+    async fn a_batch_raises_one_mark_per_shard_to_its_highest_sequence() {
+        let ledger = Arc::new(Marks::default());
+        let grants = ["sale-1-0-3", "sale-1-0-9", "sale-1-0-4", "sale-1-1-2", "other-0-5"].map(grant);
+        assert!(service(ledger.clone()).raise_high_water(&grants).await.is_empty());
+        let mut raised = ledger.raised.lock().unwrap().clone();
+        raised.sort();
+        assert_eq!(
+            raised,
+            vec![("other".into(), 0, 5), ("sale-1".into(), 0, 9), ("sale-1".into(), 1, 2)]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_mark_not_written_names_its_shard_so_its_messages_come_back() {
+        let ledger = Arc::new(Marks {
+            refuse_shard: Some(1),
+            ..Marks::default()
+        });
+        let grants = ["sale-0-3", "sale-1-2"].map(grant);
+        let failed = service(ledger).raise_high_water(&grants).await;
+        assert_eq!(failed, vec![(CouponId::parse("sale").unwrap(), 1)]);
+    }
 
     #[test]
     fn grant_ids_parse_from_the_right() {

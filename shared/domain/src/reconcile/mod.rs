@@ -222,6 +222,9 @@ impl Reconciler {
         self.ports
             .metrics
             .count("ShardsRebuilt", dim, u64::from(r.shards_rebuilt));
+        self.ports
+            .metrics
+            .count("ShardsRolledBack", dim, u64::from(r.shards_rolled_back));
     }
 
     /// One pass over one coupon.
@@ -243,6 +246,21 @@ impl Reconciler {
             total: def.total_stock,
             ..CouponReport::default()
         };
+        // 0. A shard that rolled back (its grant sequence is behind the
+        //    durable high-water mark: an old snapshot, a failover to a
+        //    replica that never acknowledged) would sell issued units again:
+        //    drop it, and it is rebuilt below like a lost one. The mark is
+        //    read first, so every sequence in it was minted before Redis is
+        //    read; a shard still behind it then has rolled back.
+        for (shard, mark) in self.ports.facts.high_water(coupon).await? {
+            if shard < def.shards && self.ports.repair.drop_if_behind(coupon, shard, mark).await? {
+                warn!(shard, high_water = mark, "shard rolled back behind issued grants; dropped for the rebuild");
+                r.shards_rolled_back += 1;
+                r.causes.push(format!(
+                    "shard {shard} rolled back: its grant sequence was behind {mark}, issued in DynamoDB; dropped and rebuilt from DynamoDB"
+                ));
+            }
+        }
         // 1. Surviving stock, and which shards are gone.
         let mut present = Vec::new();
         let mut missing = Vec::new();

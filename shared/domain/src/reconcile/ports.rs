@@ -1,7 +1,7 @@
 //! The reconciler's ports: durable facts (DynamoDB), the Redis state it
 //! repairs, and the queue it re-drives to.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 
@@ -50,6 +50,9 @@ pub trait DurableFacts: Send + Sync {
     async fn record_rebuild(&self, coupon: &CouponId, now_ms: i64, restored: u64) -> Result<(), StoreError>;
     /// True if the coupon's Redis state was ever rebuilt.
     async fn was_rebuilt(&self, coupon: &CouponId) -> Result<bool, StoreError>;
+    /// Per shard, the highest grant sequence the durable store has seen
+    /// minted (the issuer raises it before acknowledging a grant).
+    async fn high_water(&self, coupon: &CouponId) -> Result<HashMap<u32, u64>, StoreError>;
 }
 
 /// What the reconciler reads from and repairs in Redis.
@@ -74,6 +77,12 @@ pub trait StockRepair: Send + Sync {
         holders: &[(UserId, u32)],
         now_ms: i64,
     ) -> Result<bool, StoreError>;
+    /// Drops a shard's state (stock, counts, outbox, borrows) if its grant
+    /// sequence is below `high_water`: Redis rolled back to before grants
+    /// that were issued, and would sell their units again. Atomic, so a
+    /// shard rebuilt meanwhile (its sequence restarts far above) is never
+    /// dropped. True if it was dropped; the rebuild then restores it.
+    async fn drop_if_behind(&self, coupon: &CouponId, shard: u32, high_water: u64) -> Result<bool, StoreError>;
     /// Invalidates every shard's "sold out" stamp after stock was added.
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError>;
     /// Borrows reserved before `before_ms` and never settled.

@@ -36,6 +36,9 @@ pub struct CouponReport {
     pub shards_rebuilt: u32,
     /// Units put back into Redis by the rebuild.
     pub restored: u64,
+    /// Shards found rolled back (behind the durable high-water mark) and
+    /// dropped for the rebuild in this pass.
+    pub shards_rolled_back: u32,
     /// Shards still without Redis state after this pass: their rebuild
     /// waits until the grants on their way have reached DynamoDB.
     pub shards_waiting: u32,

@@ -38,6 +38,8 @@ pub struct MemoryFacts {
     pub lift_after_restore: Mutex<HashSet<UserId>>,
     /// Definition versions (0 when absent).
     pub versions: Mutex<HashMap<CouponId, u64>>,
+    /// High-water marks per coupon and shard (what the issuer raises).
+    pub high_water: Mutex<HashMap<CouponId, HashMap<u32, u64>>>,
 }
 
 impl MemoryFacts {
@@ -93,6 +95,9 @@ impl DurableFacts for MemoryFacts {
         self.rebuilds.lock().unwrap().push((coupon.clone(), restored));
         Ok(())
     }
+    async fn high_water(&self, coupon: &CouponId) -> Result<HashMap<u32, u64>, StoreError> {
+        Ok(self.high_water.lock().unwrap().get(coupon).cloned().unwrap_or_default())
+    }
     async fn was_rebuilt(&self, coupon: &CouponId) -> Result<bool, StoreError> {
         Ok(self.rebuilds.lock().unwrap().iter().any(|(c, _)| c == coupon))
     }
@@ -135,6 +140,8 @@ pub struct ShardState {
     pub epochs: u32,
     /// Per-user claim counts (set by a restore).
     pub users: Vec<(UserId, u32)>,
+    /// The shard's grant sequence (the last one minted).
+    pub seq: u64,
 }
 
 /// A change to the shards made at a chosen moment of a pass: what a grab or
@@ -172,6 +179,7 @@ impl MemoryShards {
             .get_mut(&(grant.coupon_id.clone(), grant.shard))
             .expect("the grant's shard exists");
         let seq = state.outbox.last().map(|e| e.seq + 1).unwrap_or(1);
+        state.seq = state.seq.max(seq);
         state.outbox.push(OutboxEntry {
             seq,
             grant: grant.clone(),
@@ -207,7 +215,7 @@ impl StockRepair for MemoryShards {
         coupon: &StoredCoupon,
         shard: u32,
         stock: u64,
-        _seq_base: u64,
+        seq_base: u64,
         holders: &[(UserId, u32)],
         _now_ms: i64,
     ) -> Result<bool, StoreError> {
@@ -223,10 +231,20 @@ impl StockRepair for MemoryShards {
                 users: holders.to_vec(),
                 version: coupon.version,
                 status: Some(coupon.definition.status),
+                seq: seq_base,
                 ..ShardState::default()
             },
         );
         Ok(true)
+    }
+    async fn drop_if_behind(&self, coupon: &CouponId, shard: u32, high_water: u64) -> Result<bool, StoreError> {
+        let mut shards = self.shards.lock().unwrap();
+        let key = (coupon.clone(), shard);
+        if shards.get(&key).is_some_and(|s| s.seq < high_water) {
+            shards.remove(&key);
+            return Ok(true);
+        }
+        Ok(false)
     }
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {
         if let Some(s) = self.shards.lock().unwrap().get_mut(&(coupon.clone(), shard)) {

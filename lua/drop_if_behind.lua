@@ -1,0 +1,22 @@
+-- Drops a stock shard whose grant sequence is behind the durable high-water
+-- mark: Redis rolled back (restarted from an older snapshot, a failover to a
+-- replica that had not acknowledged) to before grants that were issued, and
+-- would sell their units a second time. The reconciler's rebuild then
+-- restores the shard from DynamoDB, with a sequence far above any minted.
+--
+-- Atomic compare-and-drop: a shard rebuilt meanwhile (its sequence restarts
+-- at the rebuild's time in ms) or one that has caught up is left alone.
+--
+-- KEYS[1] T:meta  KEYS[2] T:users  KEYS[3] T:outbox  KEYS[4] T:taken
+-- KEYS[5] T:borrowing (one hash tag T)
+-- ARGV[1] the shard's durable high-water mark
+-- Returns 1 if the shard was dropped, 0 if not.
+local seq = redis.call('HGET', KEYS[1], 'seq')
+if not seq then
+  return 0
+end
+if tonumber(seq) >= tonumber(ARGV[1]) then
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+return 1
