@@ -1,12 +1,15 @@
 -- Finishes a borrow on the home shard: stores the donor's grant under the
 -- request id, or, when no donor had stock, tries the home shard once more and
--- otherwise releases the reserved claim and answers sold out.
+-- otherwise releases the reserved claim and answers sold out. When the coupon
+-- is no longer on sale (a donor said so, or the home shard does), nothing is
+-- taken: the claim is released and the request answers OFFLINE or ENDED.
 -- KEYS: 1 meta, 2 users, 3 req, 4 outbox, 5 borrowing
 -- ARGV: 1 user id, 2 request id, 3 now (ms), 4 outcome ttl (ms),
---       5 the donor's W-record, or '' when every donor was empty
+--       5 the donor's W-record, or '' when every donor was empty or closed,
+--       6 'OFFLINE' or 'ENDED' when a donor found the coupon closed, else ''
 -- Returns {'DONE', record} | {'GONE'} (the reservation is no longer there)
 local meta, users, req, outbox, borrowing = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local user, request_id, now, ttl, donor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local user, request_id, now, ttl, donor, closed = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 
 local listed = redis.call('ZREM', borrowing, request_id .. ':' .. user)
 local current = redis.call('GET', req)
@@ -31,7 +34,16 @@ if donor ~= '' then
   return {'DONE', donor}
 end
 
-local m = redis.call('HMGET', meta, 'stock', 'epoch')
+local m = redis.call('HMGET', meta, 'stock', 'epoch', 'status', 'end_ms')
+if closed == '' and m[3] and m[3] ~= 'ONLINE' then closed = 'OFFLINE' end
+if closed == '' and m[4] and tonumber(now) >= tonumber(m[4]) then closed = 'ENDED' end
+if closed ~= '' then
+  if redis.call('HINCRBY', users, user, -1) <= 0 then
+    redis.call('HDEL', users, user)
+  end
+  redis.call('SET', req, 'L|' .. closed, 'PX', ttl)
+  return {'DONE', 'L|' .. closed}
+end
 if tonumber(m[1] or '0') > 0 then
   local record = issue(meta, outbox, user, ordinal, request_id, now)
   redis.call('SET', req, record, 'PX', ttl)

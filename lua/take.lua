@@ -2,7 +2,10 @@
 -- Idempotent per (user, ordinal): a retried borrow gets the same grant back.
 -- KEYS: 1 meta, 2 outbox, 3 taken
 -- ARGV: 1 user id, 2 ordinal, 3 request id, 4 now (ms)
--- Returns {'WIN', record} | {'EMPTY'} | {'NOT_FOUND'}
+-- Returns {'WIN', record} | {'EMPTY'} | {'NOT_FOUND'} | {'CLOSED', reason}
+-- CLOSED ('OFFLINE' or 'ENDED'): the coupon is no longer on sale, so no unit
+-- is taken, whenever the borrow runs (a retry, the reconciler finishing it
+-- after its caller died).
 local meta, outbox, taken = KEYS[1], KEYS[2], KEYS[3]
 local user, ordinal, request_id, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
@@ -10,9 +13,11 @@ local field = ordinal .. ':' .. user
 local prior = redis.call('HGET', taken, field)
 if prior then return {'WIN', prior} end
 
-local stock = redis.call('HGET', meta, 'stock')
-if not stock then return {'NOT_FOUND'} end
-if tonumber(stock) <= 0 then return {'EMPTY'} end
+local m = redis.call('HMGET', meta, 'stock', 'status', 'end_ms')
+if not m[1] then return {'NOT_FOUND'} end
+if m[2] ~= 'ONLINE' then return {'CLOSED', 'OFFLINE'} end
+if tonumber(now) >= tonumber(m[3]) then return {'CLOSED', 'ENDED'} end
+if tonumber(m[1]) <= 0 then return {'EMPTY'} end
 
 local record = issue(meta, outbox, user, ordinal, request_id, now)
 redis.call('HSET', taken, field, record)

@@ -138,7 +138,10 @@ async fn a_shard_restarted_from_an_old_snapshot_never_sells_issued_units_again()
     // The sale goes on: one unit is left, and the users the snapshot forgot
     // still hold theirs.
     for i in 0..3 {
-        assert_eq!(h.grab(&coupon, &format!("after-{i}"), "again").await.code(), "ALREADY_CLAIMED");
+        assert_eq!(
+            h.grab(&coupon, &format!("after-{i}"), "again").await.code(),
+            "ALREADY_CLAIMED"
+        );
     }
     let mut late = Vec::new();
     for i in 0..4 {

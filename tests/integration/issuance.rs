@@ -38,7 +38,12 @@ impl IssueLedger for ThrottleOne {
         }
         self.inner.issue(grant, def, now).await
     }
-    async fn raise_high_water(&self, coupon: &coupon_domain::ids::CouponId, shard: u32, seq: u64) -> Result<(), IssueError> {
+    async fn raise_high_water(
+        &self,
+        coupon: &coupon_domain::ids::CouponId,
+        shard: u32,
+        seq: u64,
+    ) -> Result<(), IssueError> {
         self.inner.raise_high_water(coupon, shard, seq).await
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use coupon_domain::clock::Clock;
 use coupon_domain::grab::home_shard;
-use coupon_domain::grab::ports::{Claim, ClaimReply, StockLedger};
+use coupon_domain::grab::ports::{BorrowEnd, Claim, ClaimReply, StockLedger};
 use coupon_domain::ids::{RequestId, UserId};
 use coupon_domain::reconcile::ports::DurableFacts;
 use futures::stream::{self, StreamExt};
@@ -172,6 +172,65 @@ async fn a_borrow_whose_caller_died_is_finished_by_the_reconciler() {
         (retry.code(), retry.body["data"]["replayed"].as_bool()),
         ("SUCCESS", Some(true))
     );
+}
+
+/// A borrow reserved while the coupon was on sale, interrupted, then resumed
+/// after an operator took the coupon offline (by the caller's retry here;
+/// the reconciler resumes one the same way): no donor gives a unit any
+/// more, the claim is given back, and the retry hears COUPON_NOT_ACTIVE.
+#[tokio::test]
+async fn a_borrow_resumed_after_the_coupon_went_offline_takes_nothing() {
+    let h = Harness::new().await;
+    let mut def = h.coupon(4);
+    def.shards = 2;
+    let coupon = h.create(&def).await;
+    let user_name = "late-borrower";
+    let user = UserId::parse(user_name).unwrap();
+    let home = home_shard(&user, 2);
+    let mut emptied = 0;
+    let mut i = 0;
+    while emptied < 2 {
+        let other = format!("filler-{i}");
+        i += 1;
+        if home_shard(&UserId::parse(&other).unwrap(), 2) == home {
+            assert_eq!(h.grab(&coupon, &other, "r").await.code(), "SUCCESS");
+            emptied += 1;
+        }
+    }
+    let request = RequestId::parse("r1").unwrap();
+    let claim = Claim {
+        coupon: &coupon,
+        home_shard: home,
+        user: &user,
+        level: 0,
+        request: &request,
+        now_ms: h.clock.now_ms(),
+    };
+    assert!(matches!(
+        h.stock_ledger().claim(&claim).await.unwrap(),
+        ClaimReply::Borrow { ordinal: 1 }
+    ));
+    let path = format!("/admin/coupons/{coupon}/status");
+    let off = h
+        .admin_call("PUT", &path, Some(serde_json::json!({"status": "OFFLINE"})))
+        .await;
+    assert_eq!(off.status, 200, "{}", off.body);
+
+    let retry = h.grab(&coupon, user_name, "r1").await;
+    assert_eq!(
+        (retry.code(), retry.body["data"]["reason"].as_str()),
+        ("COUPON_NOT_ACTIVE", Some("OFFLINE")),
+        "{}",
+        retry.body
+    );
+    assert_eq!(h.stock_ledger().shard_count(&coupon).await.unwrap(), Some(2));
+    let donor_stock = h.reconcile(&def).await.remaining;
+    assert_eq!(donor_stock, 2, "the donor kept both its units");
+
+    // Back on sale: the claim was given back, so the user can win.
+    h.admin_call("PUT", &path, Some(serde_json::json!({"status": "ONLINE"})))
+        .await;
+    assert_eq!(h.grab(&coupon, user_name, "r2").await.code(), "SUCCESS");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -429,8 +488,12 @@ async fn a_borrow_whose_record_expired_gives_its_claim_back_once() {
         .unwrap();
     assert_eq!(counted, Some(1), "the reservation counted the claim");
 
-    assert_eq!(ledger.settle(&claim, None).await.unwrap(), None, "GONE");
-    assert_eq!(ledger.settle(&claim, None).await.unwrap(), None, "GONE again");
+    assert_eq!(ledger.settle(&claim, BorrowEnd::AllEmpty).await.unwrap(), None, "GONE");
+    assert_eq!(
+        ledger.settle(&claim, BorrowEnd::AllEmpty).await.unwrap(),
+        None,
+        "GONE again"
+    );
     let counted: Option<i64> = redis::cmd("HGET")
         .arg(&users_key)
         .arg(user.as_str())

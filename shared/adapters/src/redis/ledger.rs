@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use coupon_domain::error::StoreError;
-use coupon_domain::grab::ports::{Claim, ClaimReply, Recorded, StockLedger, TakeReply};
+use coupon_domain::grab::ports::{BorrowEnd, Claim, ClaimReply, Recorded, StockLedger, TakeReply};
 use coupon_domain::grant::GrantRecord;
 use coupon_domain::ids::CouponId;
 use coupon_domain::outcome::Rejection;
@@ -105,15 +105,12 @@ impl StockLedger for RedisLedger {
             },
             Some("EMPTY") => TakeReply::Empty,
             Some("NOT_FOUND") => TakeReply::Missing,
+            Some("CLOSED") => TakeReply::Closed(closed_reason(WHAT, reply.get(1))?),
             other => return Err(protocol(WHAT, format!("unknown reply {other:?}"))),
         })
     }
 
-    async fn settle(
-        &self,
-        claim: &Claim<'_>,
-        donor_grant: Option<&GrantRecord>,
-    ) -> Result<Option<Recorded>, StoreError> {
+    async fn settle(&self, claim: &Claim<'_>, ended: BorrowEnd<'_>) -> Result<Option<Recorded>, StoreError> {
         const WHAT: &str = "settle.lua";
         let k = self.redis.keys.shard(claim.coupon, claim.home_shard);
         let mut conn = self.redis.conn.clone();
@@ -127,7 +124,15 @@ impl StockLedger for RedisLedger {
             .arg(claim.request.as_str())
             .arg(claim.now_ms)
             .arg(self.redis.outcome_ttl_ms)
-            .arg(donor_grant.map(GrantRecord::encode).unwrap_or_default())
+            .arg(match ended {
+                BorrowEnd::Took(rec) => rec.encode(),
+                _ => String::new(),
+            })
+            .arg(match ended {
+                BorrowEnd::Closed(Rejection::Ended) => "ENDED",
+                BorrowEnd::Closed(_) => "OFFLINE",
+                _ => "",
+            })
             .invoke_async(&mut conn)
             .await
             .map_err(unavailable)?;
@@ -170,5 +175,15 @@ impl StockLedger for RedisLedger {
             .await
             .map_err(unavailable)?;
         Ok(acked >= i64::from(wanted))
+    }
+}
+
+/// The reason of a `CLOSED` reply: the coupon taken offline or its window
+/// over.
+fn closed_reason(what: &'static str, reason: Option<&String>) -> Result<Rejection, StoreError> {
+    match reason.map(String::as_str) {
+        Some("OFFLINE") => Ok(Rejection::Offline),
+        Some("ENDED") => Ok(Rejection::Ended),
+        other => Err(protocol(what, format!("unknown closed reason {other:?}"))),
     }
 }

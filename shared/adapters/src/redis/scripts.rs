@@ -48,8 +48,11 @@ pub(super) fn parse_recorded(what: &'static str, record: &str) -> Result<Recorde
     if let Some(rec) = GrantRecord::parse(record) {
         return Ok(Recorded::Won(rec));
     }
-    if record == "L|SOLD_OUT" {
-        return Ok(Recorded::SoldOut);
+    match record {
+        "L|SOLD_OUT" => return Ok(Recorded::SoldOut),
+        "L|OFFLINE" => return Ok(Recorded::Closed(coupon_domain::outcome::Rejection::Offline)),
+        "L|ENDED" => return Ok(Recorded::Closed(coupon_domain::outcome::Rejection::Ended)),
+        _ => {}
     }
     if let Some(rest) = record.strip_prefix("B|") {
         if let Some(ordinal) = rest.split('|').next().and_then(|o| o.parse().ok()) {

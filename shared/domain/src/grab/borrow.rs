@@ -5,7 +5,7 @@
 
 use tracing::warn;
 
-use super::ports::{Claim, Recorded, StockLedger, TakeReply};
+use super::ports::{BorrowEnd, Claim, Recorded, StockLedger, TakeReply};
 use crate::coupon::fnv1a64;
 use crate::error::StoreError;
 use crate::grant::GrantRecord;
@@ -36,12 +36,19 @@ pub async fn finish_borrow(
     ordinal: u32,
 ) -> Result<Result<GrantRecord, Rejection>, StoreError> {
     let mut donor_grant = None;
+    let mut closed = None;
     let mut missing = 0;
     for step in 1..shards {
         let donor = (claim.home_shard + step) % shards;
         match ledger.take(claim, donor, ordinal).await? {
             TakeReply::Won(rec) => {
                 donor_grant = Some(rec);
+                break;
+            }
+            // Taken offline or over while the borrow ran (or before a retry
+            // or the reconciler resumed it): no unit is taken anywhere.
+            TakeReply::Closed(reason) => {
+                closed = Some(reason);
                 break;
             }
             TakeReply::Empty => {}
@@ -52,7 +59,7 @@ pub async fn finish_borrow(
             }
         }
     }
-    if donor_grant.is_none() && missing > 0 {
+    if donor_grant.is_none() && closed.is_none() && missing > 0 {
         // A lost shard may hold stock once rebuilt: settling now would stamp
         // the home shard sold out. The reservation stays open; the caller's
         // retry (or the reconciler) resumes the borrow once it is back.
@@ -60,9 +67,15 @@ pub async fn finish_borrow(
             format!("{missing} donor shard(s) have no state; the borrow waits for the rebuild").into(),
         ));
     }
-    Ok(match ledger.settle(claim, donor_grant.as_ref()).await? {
+    let ended = match (&donor_grant, &closed) {
+        (Some(rec), _) => BorrowEnd::Took(rec),
+        (None, Some(reason)) => BorrowEnd::Closed(reason),
+        (None, None) => BorrowEnd::AllEmpty,
+    };
+    Ok(match ledger.settle(claim, ended).await? {
         Some(Recorded::Won(rec)) => Ok(rec),
         Some(Recorded::SoldOut) => Err(Rejection::SoldOut),
+        Some(Recorded::Closed(reason)) => Err(reason),
         Some(Recorded::Borrowing { .. }) => {
             return Err(StoreError::Protocol {
                 what: "settle",
@@ -71,6 +84,6 @@ pub async fn finish_borrow(
         }
         // The reservation expired or was lost: the donor's grant (if any) is
         // real and in its outbox, so it is still the caller's.
-        None => donor_grant.ok_or(Rejection::SoldOut),
+        None => donor_grant.ok_or(closed.unwrap_or(Rejection::SoldOut)),
     })
 }

@@ -197,6 +197,7 @@ impl GrabService {
                 None => return Ok(rejected(Rejection::SoldOut, false)),
                 Some(Recorded::Won(rec)) => return self.won(req, claim.home_shard, rec, true).await,
                 Some(Recorded::SoldOut) => return Ok(rejected(Rejection::SoldOut, true)),
+                Some(Recorded::Closed(reason)) => return Ok(rejected(reason, true)),
                 // A borrow interrupted before the sell-out: finish it below.
                 Some(Recorded::Borrowing { .. }) => {}
             }
@@ -207,6 +208,7 @@ impl GrabService {
                     // The win itself may be what filled the daily limit.
                     Some(Recorded::Won(rec)) => return self.won(req, claim.home_shard, rec, true).await,
                     Some(Recorded::SoldOut) => return Ok(rejected(Rejection::SoldOut, true)),
+                    Some(Recorded::Closed(reason)) => return Ok(rejected(reason, true)),
                     // The interrupted first attempt holds the risk reservation.
                     Some(Recorded::Borrowing { .. }) => {}
                     None => return Ok(rejected(Rejection::Risk(reason), false)),
@@ -274,6 +276,10 @@ impl GrabService {
             },
             ClaimReply::Replay(Recorded::SoldOut) => Decided {
                 outcome: Err(Rejection::SoldOut),
+                replayed: true,
+            },
+            ClaimReply::Replay(Recorded::Closed(reason)) => Decided {
+                outcome: Err(reason),
                 replayed: true,
             },
             ClaimReply::Replay(Recorded::Borrowing { ordinal }) => {

@@ -38,6 +38,23 @@ pub enum Recorded {
     },
     /// A borrow found every shard empty.
     SoldOut,
+    /// A borrow ended because the coupon stopped selling meanwhile (taken
+    /// offline, or its window over): [`Rejection::Offline`] or
+    /// [`Rejection::Ended`]. Nothing was taken; the claim was given back.
+    Closed(Rejection),
+}
+
+/// How a borrow ended, for [`StockLedger::settle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BorrowEnd<'a> {
+    /// A donor shard gave this unit.
+    Took(&'a GrantRecord),
+    /// Every donor was empty: the home shard is tried once more, then the
+    /// claim is given back and the request answers SOLD_OUT.
+    AllEmpty,
+    /// A donor found the coupon no longer on sale: nothing is taken, the
+    /// claim is given back, the request answers this rejection.
+    Closed(&'a Rejection),
 }
 
 /// The home shard's answer to a claim.
@@ -66,6 +83,9 @@ pub enum TakeReply {
     Empty,
     /// The donor shard has no state (lost, or never preheated).
     Missing,
+    /// The coupon is no longer on sale ([`Rejection::Offline`] or
+    /// [`Rejection::Ended`]): nothing was taken.
+    Closed(Rejection),
 }
 
 /// The atomic stock operations, one shard at a time (Redis Lua scripts).
@@ -77,13 +97,9 @@ pub trait StockLedger: Send + Sync {
     async fn claim(&self, claim: &Claim<'_>) -> Result<ClaimReply, StoreError>;
     /// Takes one unit from `donor` for the reserved claim `ordinal`.
     async fn take(&self, claim: &Claim<'_>, donor: u32, ordinal: u32) -> Result<TakeReply, StoreError>;
-    /// Finishes a borrow on the home shard with the donor's grant, or with
-    /// none (every donor empty). `None` if the reservation is gone.
-    async fn settle(
-        &self,
-        claim: &Claim<'_>,
-        donor_grant: Option<&GrantRecord>,
-    ) -> Result<Option<Recorded>, StoreError>;
+    /// Finishes a borrow on the home shard as it `ended`. `None` if the
+    /// reservation is gone.
+    async fn settle(&self, claim: &Claim<'_>, ended: BorrowEnd<'_>) -> Result<Option<Recorded>, StoreError>;
     /// Reads the stored outcome of a request id without changing anything.
     async fn recorded(&self, claim: &Claim<'_>) -> Result<Option<Recorded>, StoreError>;
     /// True once the configured number of replicas hold every write made so

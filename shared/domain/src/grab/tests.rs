@@ -179,6 +179,49 @@ async fn a_borrow_visits_donors_in_order_from_home_and_stops_at_the_first_win() 
 }
 
 #[tokio::test]
+async fn a_borrow_that_finds_the_coupon_closed_takes_nothing_and_says_why() {
+    let user = "borrower";
+    let home = home_shard(&UserId::parse(user).unwrap(), 4);
+    let first_donor = (home + 1) % 4;
+    let second_donor = (home + 2) % 4;
+    let w = world(
+        ScriptedLedger {
+            shards: 4,
+            claim: Some(ClaimReply::Borrow { ordinal: 1 }),
+            takes: HashMap::from([
+                (first_donor, TakeReply::Closed(Rejection::Offline)),
+                (second_donor, TakeReply::Won(record("c-x-1", second_donor))),
+            ]),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    let outcome = w.service.grab(&request(user)).await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            GrabOutcome::Rejected {
+                reason: Rejection::Offline,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        w.ledger.calls(),
+        vec!["claim".to_string(), format!("take:{first_donor}"), "settle".into()],
+        "no other donor is asked once one says the coupon is closed"
+    );
+    assert!(w.queue.sent.lock().unwrap().is_empty());
+    assert_eq!(
+        *w.risk.released.lock().unwrap(),
+        1,
+        "a press that won nothing gives its hold back"
+    );
+}
+
+#[tokio::test]
 async fn a_sell_out_is_remembered_for_the_ttl_and_then_forgotten() {
     let w = world(
         ScriptedLedger {

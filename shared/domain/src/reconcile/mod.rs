@@ -41,7 +41,7 @@ use crate::blacklist::{BlacklistFlags, BlacklistRecord};
 use crate::clock::Clock;
 use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::StoreError;
-use crate::grab::ports::{Claim, Recorded, StockLedger};
+use crate::grab::ports::{BorrowEnd, Claim, Recorded, StockLedger};
 use crate::grab::{finish_borrow, home_shard};
 use crate::grant::Grant;
 use crate::ids::{CouponId, UserId};
@@ -254,7 +254,11 @@ impl Reconciler {
         //    read; a shard still behind it then has rolled back.
         for (shard, mark) in self.ports.facts.high_water(coupon).await? {
             if shard < def.shards && self.ports.repair.drop_if_behind(coupon, shard, mark).await? {
-                warn!(shard, high_water = mark, "shard rolled back behind issued grants; dropped for the rebuild");
+                warn!(
+                    shard,
+                    high_water = mark,
+                    "shard rolled back behind issued grants; dropped for the rebuild"
+                );
                 r.shards_rolled_back += 1;
                 r.causes.push(format!(
                     "shard {shard} rolled back: its grant sequence was behind {mark}, issued in DynamoDB; dropped and rebuilt from DynamoDB"
@@ -430,13 +434,13 @@ impl Reconciler {
         };
         if home_shard(user, def.shards) != shard {
             warn!(%user, shard, "borrow listed on a shard that is not the user's home; dropped");
-            self.ports.ledger.settle(&claim, None).await?;
+            self.ports.ledger.settle(&claim, BorrowEnd::AllEmpty).await?;
             return Ok(None);
         }
         let Some(Recorded::Borrowing { ordinal }) = self.ports.ledger.recorded(&claim).await? else {
             // Settled meanwhile, or its record expired: settle only clears
             // the listing then.
-            self.ports.ledger.settle(&claim, None).await?;
+            self.ports.ledger.settle(&claim, BorrowEnd::AllEmpty).await?;
             return Ok(None);
         };
         let outcome = finish_borrow(

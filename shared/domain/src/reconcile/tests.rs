@@ -356,7 +356,13 @@ async fn a_shard_rolled_back_behind_issued_grants_is_dropped_and_rebuilt() {
     let w = world();
     let def = coupon(10, 2);
     w.shards.put(&def.coupon_id, 0, 3);
-    w.shards.shards.lock().unwrap().get_mut(&(def.coupon_id.clone(), 0)).unwrap().seq = 2;
+    w.shards
+        .shards
+        .lock()
+        .unwrap()
+        .get_mut(&(def.coupon_id.clone(), 0))
+        .unwrap()
+        .seq = 2;
     w.shards.put(&def.coupon_id, 1, 5);
     for seq in 1..=4 {
         w.facts.issue(&grant(seq, 0, &format!("u{seq}"), NOW - 90_000));
@@ -371,7 +377,11 @@ async fn a_shard_rolled_back_behind_issued_grants_is_dropped_and_rebuilt() {
 
     assert_eq!((r.shards_rolled_back, r.shards_rebuilt), (1, 1), "{r:?}");
     let rebuilt = w.shards.state(&def.coupon_id, 0).expect("rebuilt");
-    assert_eq!(rebuilt.stock, 10 - 4 - 5, "only what DynamoDB and shard 1 do not account for");
+    assert_eq!(
+        rebuilt.stock,
+        10 - 4 - 5,
+        "only what DynamoDB and shard 1 do not account for"
+    );
     assert!(rebuilt.seq > 4, "new grant ids never repeat issued ones");
     assert_eq!(w.shards.state(&def.coupon_id, 1).unwrap().stock, 5);
     assert_eq!(r.drift, 0, "{r:?}");

@@ -10,10 +10,10 @@ use async_trait::async_trait;
 
 use crate::error::{PublishError, StoreError};
 use crate::grab::ports::{
-    Claim, ClaimReply, CouponCatalog, GrantPublisher, Recorded, RepairRequests, RiskDecision, RiskGuard, RiskHold,
-    StockLedger, TakeReply,
+    BorrowEnd, Claim, ClaimReply, CouponCatalog, GrantPublisher, Recorded, RepairRequests, RiskDecision, RiskGuard,
+    RiskHold, StockLedger, TakeReply,
 };
-use crate::grant::{Grant, GrantRecord};
+use crate::grant::Grant;
 use crate::ids::{ClientIp, CouponId};
 use crate::metrics::Metrics;
 use crate::outcome::RiskReason;
@@ -64,11 +64,13 @@ impl StockLedger for ScriptedLedger {
         self.log(format!("take:{donor}"));
         Ok(self.takes.get(&donor).cloned().unwrap_or(TakeReply::Empty))
     }
-    async fn settle(&self, _: &Claim<'_>, donor: Option<&GrantRecord>) -> Result<Option<Recorded>, StoreError> {
+    async fn settle(&self, _: &Claim<'_>, ended: BorrowEnd<'_>) -> Result<Option<Recorded>, StoreError> {
         self.log("settle".into());
-        Ok(Some(
-            donor.map(|r| Recorded::Won(r.clone())).unwrap_or(Recorded::SoldOut),
-        ))
+        Ok(Some(match ended {
+            BorrowEnd::Took(rec) => Recorded::Won(rec.clone()),
+            BorrowEnd::AllEmpty => Recorded::SoldOut,
+            BorrowEnd::Closed(reason) => Recorded::Closed(reason.clone()),
+        }))
     }
     async fn recorded(&self, _: &Claim<'_>) -> Result<Option<Recorded>, StoreError> {
         self.log("recorded".into());
