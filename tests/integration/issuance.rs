@@ -153,3 +153,30 @@ async fn grants_beyond_the_durable_cap_are_rejected_and_counted_never_issued() {
     assert!(rejected.iter().all(|r| r.reason.as_str() == "CAP_REACHED"));
     assert_eq!(h.metrics.total("GrantRejected"), 2);
 }
+
+/// Two grants for one claim (one user, one ordinal: a borrow resumed after
+/// a refill can make a second one): the issuer issues the first and
+/// rejects the second as ORDINAL_TAKEN, and the reconciler must know both
+/// as settled, or it re-drives one of them forever.
+#[tokio::test]
+async fn two_grants_for_one_claim_are_both_known_to_the_durable_store() {
+    let h = Harness::new().await;
+    let def = h.coupon(10);
+    let coupon = h.create(&def).await;
+    assert_eq!(h.grab(&coupon, "twice", "r1").await.code(), "SUCCESS");
+    let messages = h.receive().await;
+    let first: Grant = serde_json::from_str(messages[0].body().unwrap()).unwrap();
+    let second = Grant {
+        grant_id: format!("{coupon}-0-999"),
+        ..first.clone()
+    };
+    let body = serde_json::to_string(&second).unwrap();
+    let copy = redelivered(&messages[0], "second", Some(&body));
+    assert!(h.deliver(&h.issuer(), &[messages[0].clone(), copy]).await.is_empty());
+    assert_eq!(h.facts().rejections(&coupon).await.unwrap().len(), 1, "ORDINAL_TAKEN");
+
+    let known = h.facts().issued_grants(&[first.clone(), second.clone()]).await.unwrap();
+    assert!(known.contains(&first.grant_id), "{known:?}");
+    let report = h.reconcile(&def).await;
+    assert_eq!((report.pending, report.redriven), (0, 0), "{report:?}");
+}

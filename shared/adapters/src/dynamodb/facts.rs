@@ -63,12 +63,14 @@ impl DurableFacts for DynamoFacts {
     }
 
     async fn issued_grants(&self, grants: &[Grant]) -> Result<HashSet<String>, StoreError> {
-        let mut wanted: HashMap<(String, String), &str> = HashMap::new();
+        // Two grants may share a key (a second grant for one claim, which
+        // the issuer rejects as ORDINAL_TAKEN): each is looked for.
+        let mut wanted: HashMap<(String, String), Vec<&str>> = HashMap::new();
         for g in grants {
-            wanted.insert(
-                (user_pk(&g.user_id), user_coupon_sk(&g.coupon_id, g.ordinal)),
-                g.grant_id.as_str(),
-            );
+            wanted
+                .entry((user_pk(&g.user_id), user_coupon_sk(&g.coupon_id, g.ordinal)))
+                .or_default()
+                .push(g.grant_id.as_str());
         }
         let keys: Vec<(String, String)> = wanted.keys().cloned().collect();
         let mut found = HashSet::new();
@@ -106,7 +108,7 @@ impl DurableFacts for DynamoFacts {
                         get_s(&item, "sk").unwrap_or("").to_owned(),
                     );
                     if let (Some(expected), Some(actual)) = (wanted.get(&key), get_s(&item, "grant_id")) {
-                        if *expected == actual {
+                        if expected.contains(&actual) {
                             found.insert(actual.to_owned());
                         }
                     }
