@@ -233,6 +233,58 @@ async fn a_borrow_resumed_after_the_coupon_went_offline_takes_nothing() {
     assert_eq!(h.grab(&coupon, user_name, "r2").await.code(), "SUCCESS");
 }
 
+/// A borrow's request record outlives its home shard (a shard dropped for
+/// rolling back keeps its request keys): resuming it must not settle on a
+/// shard with no state (that answered SOLD_OUT and counted the claim off
+/// state about to be rebuilt); it waits (BUSY) for the rebuild.
+#[tokio::test]
+async fn a_borrow_whose_home_shard_was_dropped_waits_for_the_rebuild() {
+    let h = Harness::new().await;
+    let mut def = h.coupon(2);
+    def.shards = 2;
+    let coupon = h.create(&def).await;
+    let user_name = "stranded-borrower";
+    let user = UserId::parse(user_name).unwrap();
+    let home = home_shard(&user, 2);
+    let mut filled = 0;
+    let mut i = 0;
+    while filled < 2 {
+        let other = format!("filler-{i}");
+        i += 1;
+        if h.grab(&coupon, &other, "r").await.code() == "SUCCESS" {
+            filled += 1;
+        }
+    }
+    h.pump().await;
+    let request = RequestId::parse("r1").unwrap();
+    let claim = Claim {
+        coupon: &coupon,
+        home_shard: home,
+        user: &user,
+        level: 0,
+        request: &request,
+        now_ms: h.clock.now_ms(),
+    };
+    assert!(matches!(
+        h.stock_ledger().claim(&claim).await.unwrap(),
+        ClaimReply::Borrow { ordinal: 1 }
+    ));
+    use coupon_domain::reconcile::ports::StockRepair;
+    let repair = coupon_adapters::redis::RedisRepair::new(h.redis.clone());
+    assert!(repair.drop_if_behind(&coupon, home, u64::MAX).await.unwrap());
+
+    let waiting = h.grab(&coupon, user_name, "r1").await;
+    assert_eq!((waiting.status, waiting.code()), (503, "BUSY"), "{}", waiting.body);
+
+    let rebuilt = h.reconcile(&def).await;
+    assert_eq!(rebuilt.shards_rebuilt, 1, "{rebuilt:?}");
+    assert_eq!(
+        h.grab(&coupon, user_name, "r1").await.code(),
+        "SOLD_OUT",
+        "every unit is issued"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sale_survives_redis_losing_everything_mid_sale_without_oversell() {
     flush_mid_sale(Options::without_ip_limit()).await;

@@ -139,6 +139,9 @@ impl StockLedger for RedisLedger {
         match reply.first().map(String::as_str) {
             Some("DONE") => parse_recorded(WHAT, reply.get(1).map(String::as_str).unwrap_or("")).map(Some),
             Some("GONE") => Ok(None),
+            Some("MISSING") => Err(StoreError::Unavailable(
+                "the home shard has no state; the borrow waits for its rebuild".into(),
+            )),
             other => Err(protocol(WHAT, format!("unknown reply {other:?}"))),
         }
     }
