@@ -1,5 +1,7 @@
 //! Reading coupons: the caller's own, never anyone else's.
 
+use coupon_domain::clock::Clock;
+
 use crate::support::{unique, Harness};
 
 #[tokio::test]
@@ -59,4 +61,56 @@ async fn wallet_routes_answer_bad_input_with_4xx() {
         let resp = h.wallet_get(path, "someone").await;
         assert_eq!((resp.status, resp.code()), (status, code), "{path}");
     }
+}
+
+/// Three coupons issued a moment apart, read two at a time: newest first,
+/// each exactly once; then the oldest one's validity ends and it reads
+/// EXPIRED (nothing was written: the state is decided at read).
+#[tokio::test]
+async fn the_wallet_pages_newest_first_and_an_unused_coupon_past_its_validity_reads_expired() {
+    let h = Harness::new().await;
+    let reader = unique("pager");
+    let mut grants = Vec::new();
+    let mut oldest_until = 0;
+    for i in 0..3 {
+        let mut def = h.coupon(5);
+        if i == 0 {
+            def.valid_until_ms = def.grab_end_ms;
+            oldest_until = def.valid_until_ms;
+        }
+        let coupon = h.create(&def).await;
+        grants.push(h.grab(&coupon, &reader, "r").await.grant_id().unwrap());
+        h.pump().await;
+        h.clock.advance(1_000);
+    }
+    let ids = |resp: &crate::support::Resp| -> Vec<String> {
+        resp.body["data"]["coupons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["grantId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    let first = h.wallet_get("/me/coupons?limit=2", &reader).await;
+    assert_eq!(ids(&first), [grants[2].clone(), grants[1].clone()], "{}", first.body);
+    let cursor = first.body["data"]["nextCursor"]
+        .as_str()
+        .expect("more to read")
+        .to_owned();
+    let second = h
+        .wallet_get(&format!("/me/coupons?limit=2&cursor={cursor}"), &reader)
+        .await;
+    assert_eq!(ids(&second), [grants[0].clone()]);
+    assert!(second.body["data"]["nextCursor"].is_null());
+
+    h.clock.advance(oldest_until - h.clock.now_ms());
+    let expired = h.wallet_get("/me/coupons?status=expired", &reader).await;
+    assert_eq!(ids(&expired), [grants[0].clone()]);
+    assert_eq!(expired.body["data"]["coupons"][0]["status"], "EXPIRED");
+    let unused = h.wallet_get("/me/coupons?status=unused", &reader).await;
+    assert_eq!(ids(&unused), [grants[2].clone(), grants[1].clone()]);
+
+    let bad = h.wallet_get("/me/coupons?limit=0", &reader).await;
+    assert_eq!((bad.status, bad.code()), (400, "INVALID_REQUEST"));
 }

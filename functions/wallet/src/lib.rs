@@ -18,13 +18,14 @@ use std::sync::Arc;
 use coupon_adapters::dynamodb::{self, DynamoWallet, Tables};
 use coupon_adapters::redis::{Redis, RedisOutbox};
 use coupon_adapters::{aws, secrets};
+use coupon_domain::clock::{Clock, SystemClock};
 use coupon_domain::error::StoreError;
 use coupon_domain::ids::UserId;
-use coupon_domain::issuance::{GrantRef, GrantStatus};
-use coupon_domain::wallet::WalletService;
+use coupon_domain::issuance::{CouponState, GrantRef, GrantStatus};
+use coupon_domain::wallet::{CouponQuery, Cursor, WalletService, MAX_PAGE};
 use coupon_edge::{by_method, header_str, identity, EdgeSettings, ErrorCode, Lang, Matched, Reply, Segments};
 use lambda_http::http::Method;
-use lambda_http::{Body, Request, Response};
+use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::json;
 
 pub mod config;
@@ -69,16 +70,45 @@ pub async fn handle(wallet: &Wallet, req: Request) -> Result<Response<Body>, Inf
             None => Reply::error(ErrorCode::Unauthorized),
             Some(caller) => match route {
                 Route::Grant(id) => grant(wallet, &caller.user, &id).await,
-                Route::Coupons => coupons(wallet, &caller.user).await,
+                Route::Coupons => match coupon_query(&req) {
+                    Ok(query) => coupons(wallet, &caller.user, &query).await,
+                    Err(reply) => reply,
+                },
             },
         },
     };
     Ok(reply.into_response(lang))
 }
 
-async fn coupons(wallet: &Wallet, user: &UserId) -> Reply {
-    match wallet.service.coupons(user).await {
-        Ok(coupons) => Reply::success(json!({ "coupons": coupons })),
+/// `?status=unused|expired&limit=1..100&cursor=<from the last page>`; any
+/// other parameter is ignored, a malformed one is a 400 that names it.
+fn coupon_query(req: &Request) -> Result<CouponQuery, Reply> {
+    let params = req.query_string_parameters();
+    let mut query = CouponQuery::default();
+    if let Some(raw) = params.first("status") {
+        query.status =
+            Some(CouponState::parse_query(raw).ok_or_else(|| Reply::invalid("status must be unused or expired"))?);
+    }
+    if let Some(raw) = params.first("limit") {
+        query.limit = raw
+            .parse()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| Reply::invalid(format!("limit must be an integer from 1 to {MAX_PAGE}")))?;
+    }
+    if let Some(raw) = params.first("cursor") {
+        query.after =
+            Some(Cursor::parse(raw).ok_or_else(|| Reply::invalid("cursor must be a nextCursor from a previous page"))?);
+    }
+    Ok(query)
+}
+
+async fn coupons(wallet: &Wallet, user: &UserId, query: &CouponQuery) -> Reply {
+    match wallet.service.coupons(user, query).await {
+        Ok(page) => Reply::success(json!({
+            "coupons": page.coupons,
+            "nextCursor": page.next.map(|c| c.encode()),
+        })),
         Err(e) => Reply::busy("wallet unavailable", &e),
     }
 }
@@ -114,6 +144,8 @@ pub struct Clients {
     pub redis: Redis,
     /// DynamoDB.
     pub dynamodb: dynamodb::Client,
+    /// Time: what has expired.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Clients {
@@ -123,6 +155,7 @@ impl Clients {
         Ok(Self {
             redis: secrets::connect_redis(&config.redis, &sdk).await?,
             dynamodb: dynamodb::Client::new(&sdk),
+            clock: Arc::new(SystemClock),
         })
     }
 }
@@ -135,6 +168,7 @@ pub fn wire(config: &Config, clients: Clients) -> Wallet {
         service: WalletService::new(
             Arc::new(DynamoWallet::new(tables)),
             Arc::new(RedisOutbox::new(clients.redis)),
+            clients.clock,
         ),
         edge: config.http.clone(),
     }
@@ -148,7 +182,11 @@ mod tests {
 
     fn wallet(outbox: Arc<MemoryOutbox>) -> Wallet {
         Wallet {
-            service: WalletService::new(Arc::new(MemoryWallet::default()), outbox),
+            service: WalletService::new(
+                Arc::new(MemoryWallet::default()),
+                outbox,
+                Arc::new(coupon_domain::clock::ManualClock::new(1_000)),
+            ),
             edge: EdgeSettings {
                 trust_identity_headers: false,
                 user_id_claim: "sub".into(),
@@ -184,6 +222,37 @@ mod tests {
             (404, "GRANT_NOT_FOUND".into())
         );
         assert_eq!(code(&w, get("/me/grants/a%20b")).await, (400, "INVALID_REQUEST".into()));
+    }
+
+    fn with_query(req: Request, pairs: &[(&str, &str)]) -> Request {
+        let params: std::collections::HashMap<String, String> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        req.with_query_string_parameters(params)
+    }
+
+    #[tokio::test]
+    async fn a_malformed_list_parameter_is_400_and_a_good_one_lists() {
+        let w = wallet(Arc::default());
+        for bad in [
+            ("status", "used-up"),
+            ("limit", "0"),
+            ("limit", "101"),
+            ("limit", "ten"),
+            ("cursor", "not a cursor"),
+        ] {
+            let req = with_query(get("/me/coupons"), &[bad]);
+            assert_eq!(code(&w, req).await, (400, "INVALID_REQUEST".into()), "{bad:?}");
+        }
+        let req = with_query(
+            get("/me/coupons"),
+            &[
+                ("status", "expired"),
+                ("limit", "100"),
+                ("cursor", "1~c-0-1"),
+                ("other", "x"),
+            ],
+        );
+        assert_eq!(code(&w, req).await, (200, "SUCCESS".into()));
     }
 
     #[tokio::test]

@@ -84,8 +84,16 @@ impl Event {
         Self(serde_json::from_str(include_str!("../../fixtures/grab_function_url.json")).unwrap())
     }
 
+    /// The query string, raw and parsed, as API Gateway sends both (values
+    /// here are plain: no percent-encoding).
     pub fn query(mut self, raw: &str) -> Self {
         self.0["rawQueryString"] = raw.into();
+        let params: serde_json::Map<String, Value> = raw
+            .split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(k, v)| (k.to_owned(), Value::from(v)))
+            .collect();
+        self.0["queryStringParameters"] = Value::Object(params);
         self
     }
 

@@ -35,13 +35,21 @@ impl Harness {
             wallet::Clients {
                 redis: self.redis.clone(),
                 dynamodb: self.stack.ddb.clone(),
+                clock: std::sync::Arc::new(self.clock.clone()),
             },
         )
     }
 
-    /// A GET through the wallet handler as `user`.
+    /// A GET through the wallet handler as `user` (`path` may carry a
+    /// query string).
     pub async fn wallet_get(&self, path: &str, user: &str) -> Resp {
-        let event = Event::grab("x", user, "r").method("GET").path(path).body("").build();
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let event = Event::grab("x", user, "r")
+            .method("GET")
+            .path(path)
+            .query(query)
+            .body("")
+            .build();
         decode(
             wallet::handle(&self.wallet(), request(&event))
                 .await

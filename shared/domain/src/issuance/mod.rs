@@ -23,13 +23,28 @@ use crate::metrics::Metrics;
 pub mod ports;
 pub use ports::IssueLedger;
 
-/// The life of a coupon in a wallet. USED and EXPIRED belong to the
-/// redemption side, which is not part of this system yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The life of a coupon in a wallet. Only UNUSED is stored; EXPIRED is how
+/// an unused coupon reads once its validity is over (computed at read, so
+/// no sweeper ever races a redemption). USED belongs to the redemption
+/// side, which is not part of this system yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum CouponState {
     /// Issued and not yet used.
     Unused,
+    /// Never used, and its validity ended.
+    Expired,
+}
+
+impl CouponState {
+    /// The lower-case name a query uses (`?status=unused`).
+    pub fn parse_query(raw: &str) -> Option<Self> {
+        match raw {
+            "unused" => Some(Self::Unused),
+            "expired" => Some(Self::Expired),
+            _ => None,
+        }
+    }
 }
 
 /// A coupon in a user's wallet.
@@ -54,6 +69,17 @@ pub struct UserCoupon {
     pub valid_from_ms: i64,
     /// ...until (exclusive).
     pub valid_until_ms: i64,
+}
+
+impl UserCoupon {
+    /// The coupon as it reads at `now_ms`: an unused coupon whose validity
+    /// ended is EXPIRED.
+    pub fn as_of(mut self, now_ms: i64) -> Self {
+        if self.status == CouponState::Unused && now_ms >= self.valid_until_ms {
+            self.status = CouponState::Expired;
+        }
+        self
+    }
 }
 
 /// Why a grant was not issued.
