@@ -474,6 +474,9 @@ def scenario(name, rig, short, seed):
     figures = issuance.settle(sale.coupon)
     result = judge(sale, figures)
     result["injected"] = injected
+    # Repair requests grabs sent when they found the coupon's state gone,
+    # handed to the reconciler by the pump (the repair queue's mapping).
+    result["repairRequests"] = issuance.pump.repairs
     return result
 
 

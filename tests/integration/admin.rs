@@ -497,3 +497,56 @@ async fn the_reconciler_restores_blacklist_flags_redis_lost_but_never_a_lifted_o
     assert_eq!(refused.body["data"]["reason"], "BLACKLISTED", "{}", refused.body);
     assert_eq!(h.grab(&def.coupon_id, &lifted, "after").await.code(), "SUCCESS");
 }
+
+/// An operator revokes one user's coupon: it reads REVOKED in the wallet,
+/// still counts against the user's limit, is audited on the coupon once
+/// however often the revocation is repeated, and another user's grant or a
+/// missing reason is refused.
+#[tokio::test]
+async fn an_operator_revokes_one_users_coupon_once_and_it_is_audited() {
+    let h = Harness::new().await;
+    let def = h.coupon(5);
+    h.admin_create(&def).await;
+    let holder = unique("holder");
+    let grant = h.grab(&def.coupon_id, &holder, "r1").await.grant_id().unwrap();
+    h.pump().await;
+    let revoke_path = format!("/admin/users/{holder}/coupons/{grant}/revoked");
+    let reason = json!({"reason": "fraud ring"});
+
+    let revoked = h.admin_call("PUT", &revoke_path, Some(reason.clone())).await;
+    assert_eq!(revoked.status, 200, "{}", revoked.body);
+    assert_eq!(revoked.body["data"]["coupon"]["status"], "REVOKED");
+    let again = h.admin_call("PUT", &revoke_path, Some(reason.clone())).await;
+    assert_eq!((again.status, &again.body["data"]), (200, &revoked.body["data"]));
+
+    let wallet = h.wallet_get("/me/coupons", &holder).await;
+    assert_eq!(wallet.body["data"]["coupons"][0]["status"], "REVOKED");
+    let listed = h.wallet_get("/me/coupons?status=revoked", &holder).await;
+    assert_eq!(listed.body["data"]["coupons"].as_array().map(Vec::len), Some(1));
+    let unused = h.wallet_get("/me/coupons?status=unused", &holder).await;
+    assert_eq!(unused.body["data"]["coupons"].as_array().map(Vec::len), Some(0));
+    assert_eq!(
+        h.grab(&def.coupon_id, &holder, "r2").await.code(),
+        "ALREADY_CLAIMED",
+        "a revoked coupon still counts against the limit"
+    );
+
+    let audit = h.admin_call("GET", &path(&def, "/audit"), None).await;
+    let revocations: Vec<&Value> = audit.body["data"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "REVOKE_COUPON")
+        .collect();
+    assert_eq!(revocations.len(), 1, "{}", audit.body);
+    assert_eq!(revocations[0]["detail"]["reason"], "fraud ring");
+    assert_eq!(revocations[0]["detail"]["userId"], holder.as_str());
+
+    let stranger = format!("/admin/users/{}/coupons/{grant}/revoked", unique("stranger"));
+    let theirs = h.admin_call("PUT", &stranger, Some(reason)).await;
+    assert_eq!((theirs.status, theirs.code()), (404, "GRANT_NOT_FOUND"));
+    for body in [json!({}), json!({"reason": "  "}), json!({"reason": "x", "extra": 1})] {
+        let refused = h.admin_call("PUT", &revoke_path, Some(body.clone())).await;
+        assert_eq!((refused.status, refused.code()), (400, "INVALID_REQUEST"), "{body}");
+    }
+}

@@ -13,6 +13,7 @@
 //! | GET | `/admin/coupons/{couponId}/audit` | who changed what, when (`?limit=`, newest first) |
 //! | POST, GET | `/admin/coupons/{couponId}/reconcile` | run one pass now / read the last report |
 //! | PUT, DELETE, GET | `/admin/blacklist/{userId}` | blacklist a user, lift it, read it |
+//! | PUT | `/admin/users/{userId}/coupons/{grantId}/revoked` | `{"reason": "..."}`: revoke one user's coupon (audited on the coupon) |
 //!
 //! Who is calling: in AWS the routes use IAM authorization, and the operator
 //! is the signed principal (`requestContext.authorizer.iam.userArn`). A user
@@ -31,7 +32,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use coupon_adapters::assemble::reconcile_ports;
-use coupon_adapters::dynamodb::{self, DynamoAdminStore, DynamoBlacklist, DynamoCouponRepository, DynamoFacts, Tables};
+use coupon_adapters::dynamodb::{
+    self, DynamoAdminStore, DynamoBlacklist, DynamoCouponRepository, DynamoFacts, DynamoRevocations, Tables,
+};
 use coupon_adapters::redis::{Redis, RedisBlacklistFlags, RedisLive, RedisPreheater, RedisRepair};
 use coupon_adapters::sqs::{self, SqsRedrive};
 use coupon_adapters::{aws, secrets};
@@ -41,6 +44,7 @@ use coupon_domain::clock::{Clock, SystemClock};
 use coupon_domain::coupon::{CouponDefinition, CouponStatus};
 use coupon_domain::error::StoreError;
 use coupon_domain::ids::{CouponId, UserId};
+use coupon_domain::issuance::GrantRef;
 use coupon_domain::metrics::{EmfMetrics, Metrics};
 use coupon_domain::reconcile::ports::DurableFacts;
 use coupon_domain::reconcile::{ReconcileSettings, Reconciler};
@@ -103,6 +107,15 @@ struct StockBody {
     add: u64,
 }
 
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RevokeBody {
+    reason: String,
+}
+
+/// The longest revocation reason kept in the audit log.
+const MAX_REASON_CHARS: usize = 200;
+
 async fn dispatch(app: &AdminApp, req: &Request, ctx: &AdminContext, route: Route) -> Reply {
     let s = &app.service;
     let max = app.edge.max_body_bytes;
@@ -151,6 +164,18 @@ async fn dispatch(app: &AdminApp, req: &Request, ctx: &AdminContext, route: Rout
                 .await
                 .map(|()| json!({"userId": user, "blacklisted": on})),
         },
+        Route::Revoke(user, grant) => match (user_id(&user), grant_ref(&grant), body::<RevokeBody>(req, max)) {
+            (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return *r,
+            (Ok(_), Ok(_), Ok(b)) if b.reason.trim().is_empty() || b.reason.chars().count() > MAX_REASON_CHARS => {
+                return Reply::error(ErrorCode::InvalidRequest).with_data(
+                    json!({"field": "reason", "detail": format!("reason must be 1 to {MAX_REASON_CHARS} characters")}),
+                )
+            }
+            (Ok(user), Ok(grant), Ok(b)) => s
+                .revoke(ctx, &user, &grant, b.reason.trim())
+                .await
+                .map(|coupon| json!({"userId": user, "coupon": coupon})),
+        },
         Route::BlacklistEntry(user) => match user_id(&user) {
             Err(r) => return *r,
             Ok(user) => s
@@ -173,6 +198,7 @@ pub fn error_reply(e: AdminError) -> Reply {
         }
         AdminError::NotFound => Reply::error(ErrorCode::CouponNotFound),
         AdminError::ReportNotFound => Reply::error(ErrorCode::ReportNotFound),
+        AdminError::GrantNotFound => Reply::error(ErrorCode::GrantNotFound),
         AdminError::CouponConflict => Reply::error(ErrorCode::CouponConflict),
         AdminError::ConcurrentChange => Reply::error(ErrorCode::ConcurrentChange),
         AdminError::Unavailable(e) => Reply::busy("admin operation undecided", &e),
@@ -195,6 +221,15 @@ fn audit_limit(req: &Request) -> Result<usize, Box<Reply>> {
             .filter(|n| (1..=MAX_AUDIT_PAGE).contains(n))
             .ok_or_else(|| Box::new(Reply::invalid(format!("limit must be between 1 and {MAX_AUDIT_PAGE}")))),
     }
+}
+
+fn grant_ref(raw: &str) -> Result<GrantRef, Box<Reply>> {
+    if raw.len() > 200 || !raw.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        return Err(Box::new(Reply::invalid(
+            "grantId may contain only letters, digits, '_' and '-'",
+        )));
+    }
+    GrantRef::parse(raw).ok_or_else(|| Box::new(Reply::error(ErrorCode::GrantNotFound)))
 }
 
 fn coupon_id(raw: &str) -> Result<CouponId, Box<Reply>> {
@@ -266,6 +301,7 @@ pub fn ports(config: &Config, clients: Clients, facts: Arc<dyn DurableFacts>) ->
         live: Arc::new(RedisLive::new(redis.clone())),
         repair: Arc::new(RedisRepair::new(redis.clone())),
         blacklist: Arc::new(DynamoBlacklist::new(tables.clone())),
+        revocations: Arc::new(DynamoRevocations::new(tables.clone())),
         flags: Arc::new(RedisBlacklistFlags::new(redis)),
         facts,
         reconciler,

@@ -27,6 +27,8 @@ pub enum Route {
     Blacklist(String, bool),
     /// `GET /admin/blacklist/{userId}`.
     BlacklistEntry(String),
+    /// `PUT /admin/users/{userId}/coupons/{grantId}/revoked`.
+    Revoke(String, String),
 }
 
 /// Routes `method` and `path`.
@@ -59,6 +61,9 @@ pub fn route(method: &Method, path: &str) -> Matched<Route> {
                 (Method::GET, Route::BlacklistEntry(id(u))),
             ],
         ),
+        ["admin", "users", u, "coupons", g, "revoked"] => {
+            by_method(method, "PUT", [(Method::PUT, Route::Revoke(id(u), id(g)))])
+        }
         _ => Matched::NotFound,
     }
 }

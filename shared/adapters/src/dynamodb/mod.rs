@@ -9,11 +9,12 @@
 //! | coupons | `COUPON#<id>` | `COUNTER#<k>` | capped counter `k`: `cap`, `issued` |
 //! | coupons | `COUPON#<id>` | `GRANT#<grantId>` | a rejected grant and why |
 //! | coupons | `COUPON#<id>` | `REBUILD#<ms>` | Redis was rebuilt from here |
+//! | coupons | `COUPON#<id>` | `SEQ#<shard>` | the shard's high-water mark: the highest grant sequence the issuer has seen |
 //! | coupons | `COUPON#<id>` | `AUDIT#<ms>#<operation>` | an admin change: who, what, when |
 //! | coupons | `COUPON#<id>` | `OP#<key>` | an idempotency key an admin change claimed |
 //! | coupons | `COUPON#<id>` | `REPORT` | the latest on-demand reconciliation report |
 //! | coupons | `BLACKLIST#<user>` | `ENTRY` / `AUDIT#<ms>#<operation>` | the durable blacklist and its log |
-//! | user coupons | `USER#<user>` | `COUPON#<id>#<ordinal>` | a coupon in a wallet |
+//! | user coupons | `USER#<user>` | `COUPON#<id>#<ordinal>` | a coupon in a wallet (`UNUSED`, or `REVOKED` with who and when) |
 //!
 //! A coupon's data shares one partition; a user's wallet is one query. The
 //! user-coupons index `by-coupon` (`coupon_id`, `pk`) lists a coupon's
@@ -23,7 +24,8 @@
 //! One adapter per port, all over one shared [`Tables`]:
 //! [`DynamoCouponRepository`] (definitions), [`DynamoIssueLedger`] (the
 //! issuer), [`DynamoWallet`], [`DynamoFacts`] (the reconciler),
-//! [`DynamoAdminStore`] and [`DynamoBlacklist`].
+//! [`DynamoAdminStore`], [`DynamoBlacklist`] and [`DynamoRevocations`]
+//! (the admin API); [`DynamoCatalog`] (the grab's one read).
 
 pub use aws_sdk_dynamodb::Client;
 
@@ -33,6 +35,7 @@ mod definitions;
 mod facts;
 mod issue;
 mod items;
+mod revoke;
 mod wallet;
 
 pub use admin::DynamoAdminStore;
@@ -41,4 +44,5 @@ pub use definitions::{DynamoCatalog, DynamoCouponRepository};
 pub use facts::DynamoFacts;
 pub use issue::DynamoIssueLedger;
 pub use items::{coupon_pk, user_coupon_sk, user_pk, Tables, BY_COUPON_INDEX};
+pub use revoke::DynamoRevocations;
 pub use wallet::DynamoWallet;

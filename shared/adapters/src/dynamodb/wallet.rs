@@ -24,13 +24,16 @@ impl DynamoWallet {
     }
 }
 
-fn parse_user_coupon(item: &Item) -> Option<UserCoupon> {
+/// A user-coupon item as the domain sees it; `None` for an item it cannot
+/// read (logged by the callers that care).
+pub(super) fn parse_user_coupon(item: &Item) -> Option<UserCoupon> {
     Some(UserCoupon {
         coupon_id: CouponId::parse(get_s(item, "coupon_id")?).ok()?,
         ordinal: get_n(item, "ordinal")?,
         grant_id: get_s(item, "grant_id")?.to_owned(),
         status: match get_s(item, "status")? {
             "UNUSED" => CouponState::Unused,
+            "REVOKED" => CouponState::Revoked,
             _ => return None,
         },
         name: get_s(item, "name")?.to_owned(),
@@ -63,18 +66,7 @@ impl WalletStore for DynamoWallet {
     }
 
     async fn grant_status(&self, user: &UserId, grant: &GrantRef) -> Result<Option<GrantStatus>, StoreError> {
-        let held = self
-            .tables
-            .query_all(
-                &self.tables.user_coupons,
-                None,
-                "pk = :pk AND begins_with(sk, :prefix)",
-                HashMap::from([
-                    (":pk".to_owned(), s(user_pk(user))),
-                    (":prefix".to_owned(), s(format!("COUPON#{}#", grant.coupon))),
-                ]),
-            )
-            .await?;
+        let held = held_of_coupon(&self.tables, user, grant).await?;
         if held
             .iter()
             .any(|i| get_s(i, "grant_id") == Some(grant.grant_id.as_str()))
@@ -98,4 +90,20 @@ impl WalletStore for DynamoWallet {
             .and_then(|i| get_s(&i, "reason").and_then(RejectReason::parse))
             .map(GrantStatus::Rejected))
     }
+}
+
+/// The user's coupons of the grant's coupon (one query on the user's
+/// partition, at most the per-user limit of items).
+pub(super) async fn held_of_coupon(tables: &Tables, user: &UserId, grant: &GrantRef) -> Result<Vec<Item>, StoreError> {
+    tables
+        .query_all(
+            &tables.user_coupons,
+            None,
+            "pk = :pk AND begins_with(sk, :prefix)",
+            HashMap::from([
+                (":pk".to_owned(), s(user_pk(user))),
+                (":prefix".to_owned(), s(format!("COUPON#{}#", grant.coupon))),
+            ]),
+        )
+        .await
 }

@@ -35,6 +35,7 @@ use crate::catalog::{create_coupon, CouponRepository, CreateError, Created, Stoc
 use crate::clock::Clock;
 use crate::coupon::{CouponDefinition, CouponStatus, StoredCoupon};
 use crate::ids::{CouponId, UserId};
+use crate::issuance::{GrantRef, UserCoupon};
 use crate::reconcile::ports::{DurableFacts, StockRepair};
 use crate::reconcile::{CouponReport, Reconciler};
 
@@ -45,7 +46,7 @@ pub use model::{
     Actor, AdminAction, AdminContext, AdminError, Applied, AuditEntry, AuditTarget, ChangeResult, CouponChange,
     CouponFigures, CouponView, RateChange,
 };
-pub use ports::{AdminStore, LiveSettings, ShardApply};
+pub use ports::{AdminStore, CouponRevocations, LiveSettings, Revoked, ShardApply};
 
 /// The dependencies of [`AdminService`], built once per Lambda instance.
 pub struct AdminPorts {
@@ -61,6 +62,8 @@ pub struct AdminPorts {
     pub repair: Arc<dyn StockRepair>,
     /// The durable blacklist (DynamoDB).
     pub blacklist: Arc<dyn BlacklistRecord>,
+    /// Users' coupons taken back (DynamoDB).
+    pub revocations: Arc<dyn CouponRevocations>,
     /// The blacklist flags grabs check (Redis).
     pub flags: Arc<dyn BlacklistFlags>,
     /// Issued and rejected counts (DynamoDB).
@@ -303,6 +306,30 @@ impl AdminService {
         self.ports.blacklist.set(user, on, &entry).await?;
         self.ports.flags.set_flag(user, on).await?;
         Ok(())
+    }
+
+    /// Revokes one user's coupon (fraud, a mistake): the coupon reads
+    /// REVOKED in the wallet, still counts against the user's limit (no
+    /// second grab), and its unit stays issued. Audited on the coupon in the
+    /// same write. Idempotent: revoking it again changes nothing and
+    /// answers the same.
+    #[instrument(skip_all, fields(actor = ctx.actor.as_str(), grant = %grant.grant_id))]
+    pub async fn revoke(
+        &self,
+        ctx: &AdminContext,
+        user: &UserId,
+        grant: &GrantRef,
+        reason: &str,
+    ) -> Result<UserCoupon, AdminError> {
+        let entry = self.entry(
+            ctx,
+            AdminAction::RevokeCoupon,
+            json!({"userId": user, "grantId": grant.grant_id, "reason": reason}),
+        );
+        match self.ports.revocations.revoke(user, grant, &entry).await? {
+            Revoked::Now(coupon) | Revoked::Already(coupon) => Ok(coupon),
+            Revoked::NotFound => Err(AdminError::GrantNotFound),
+        }
     }
 
     /// Whether the user is blacklisted, and the user's latest audit entries

@@ -52,6 +52,8 @@ pub enum AdminAction {
     BlacklistRemove,
     /// Ran a reconciliation.
     Reconcile,
+    /// Revoked one user's coupon.
+    RevokeCoupon,
 }
 
 /// What an audit entry is about.
@@ -195,6 +197,9 @@ pub enum AdminError {
     /// No reconciliation report yet.
     #[error("no report yet")]
     ReportNotFound,
+    /// The user holds no coupon under this grant id.
+    #[error("the user holds no coupon under this grant")]
+    GrantNotFound,
     /// A different coupon exists under this id.
     #[error("a different coupon exists under this id")]
     CouponConflict,

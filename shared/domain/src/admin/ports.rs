@@ -7,7 +7,8 @@ use serde_json::Value;
 use super::model::{AuditEntry, AuditTarget, ChangeResult, CouponChange};
 use crate::coupon::StoredCoupon;
 use crate::error::StoreError;
-use crate::ids::CouponId;
+use crate::ids::{CouponId, UserId};
+use crate::issuance::{GrantRef, UserCoupon};
 
 /// The durable side of administration (DynamoDB).
 #[async_trait]
@@ -50,4 +51,24 @@ pub trait LiveSettings: Send + Sync {
     async fn apply_shard(&self, coupon: &StoredCoupon, shard: u32) -> Result<ShardApply, StoreError>;
     /// Invalidates the shard's sold-out stamp (a no-op on a missing shard).
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError>;
+}
+
+/// What a revocation found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Revoked {
+    /// Revoked now, together with its audit entry.
+    Now(UserCoupon),
+    /// It had been revoked before (a retry, or another operator): nothing
+    /// was written; the coupon as it is.
+    Already(UserCoupon),
+    /// The user holds no coupon under that grant id.
+    NotFound,
+}
+
+/// The users' coupons as operators change them (DynamoDB).
+#[async_trait]
+pub trait CouponRevocations: Send + Sync {
+    /// Marks the user's coupon issued under `grant` REVOKED, in one write
+    /// with `entry` (audited on the coupon), only if it is still unused.
+    async fn revoke(&self, user: &UserId, grant: &GrantRef, entry: &AuditEntry) -> Result<Revoked, StoreError>;
 }

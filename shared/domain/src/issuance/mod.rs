@@ -23,10 +23,10 @@ use crate::metrics::Metrics;
 pub mod ports;
 pub use ports::IssueLedger;
 
-/// The life of a coupon in a wallet. Only UNUSED is stored; EXPIRED is how
-/// an unused coupon reads once its validity is over (computed at read, so
-/// no sweeper ever races a redemption). USED belongs to the redemption
-/// side, which is not part of this system yet.
+/// The life of a coupon in a wallet. UNUSED and REVOKED are stored; EXPIRED
+/// is how an unused coupon reads once its validity is over (computed at
+/// read, so no sweeper ever races a redemption). USED belongs to the
+/// redemption side, which is not part of this system yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum CouponState {
@@ -34,6 +34,9 @@ pub enum CouponState {
     Unused,
     /// Never used, and its validity ended.
     Expired,
+    /// Taken back by an operator (audited); it still counts against the
+    /// user's per-coupon limit, and its unit does not return to stock.
+    Revoked,
 }
 
 impl CouponState {
@@ -42,6 +45,7 @@ impl CouponState {
         match raw {
             "unused" => Some(Self::Unused),
             "expired" => Some(Self::Expired),
+            "revoked" => Some(Self::Revoked),
             _ => None,
         }
     }
