@@ -43,7 +43,8 @@ AWS_PORT = port("CONTRACT_AWS_PORT")
 FUNCTIONS = {
     "grab": "^/coupons/",
     "wallet": "^/me/",
-    "admin": "^/admin/",
+    # The IAM-authorized function serves the operators and the order service.
+    "admin": "^/(admin|redemptions)/",
 }
 
 
@@ -79,6 +80,7 @@ class Retry(http.server.BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     retried = []
+    sample = None  # the first such body, printed for diagnosis
 
     def log_message(self, *args):
         pass
@@ -96,6 +98,7 @@ class Retry(http.server.BaseHTTPRequestHandler):
         status, headers, data = self._forward(self.command, body)
         if status == 500 and EMULATOR_500 in data:
             Retry.retried.append(f"{self.command} {self.path}")
+            Retry.sample = Retry.sample or data[:500]
             status, headers, data = self._forward(self.command, body)
         self.send_response(status)
         for k, v in headers:
@@ -282,6 +285,7 @@ def main():
                 os.killpg(p.pid, signal.SIGTERM)
     if Retry.retried:
         print(f"emulator 500s retried once ({len(Retry.retried)}): {Retry.retried}")
+        print(f"the first one answered: {Retry.sample!r}")
     if len(Retry.retried) > MAX_EMULATOR_RETRIES:
         failed.append(f"{len(Retry.retried)} emulator 500s")
     if failed:

@@ -264,20 +264,28 @@ def test_the_openapi_document_describes_exactly_the_deployed_routes():
     assert documented == deployed
 
 
-def test_admin_routes_use_iam_and_every_other_route_the_user_jwt():
+def test_admin_and_order_routes_use_iam_and_every_other_route_the_user_jwt():
+    """Operators (/admin) and the order service (/redemptions) sign with
+    IAM; users present a JWT; never the other way round."""
     api = template()["Resources"]["HttpApi"]["Properties"]["Auth"]
     assert api["DefaultAuthorizer"] == "UserJwt"
     assert api["EnableIamAuthorizer"] is True
+    server_to_server = ("/admin/", "/redemptions/")
     for method, path, authorizer in http_routes():
-        if path.startswith("/admin/"):
+        if path.startswith(server_to_server):
             assert authorizer == "AWS_IAM", (method, path)
         else:
             assert authorizer is None, (method, path)
     doc = openapi()
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
-            scheme = "operatorSigV4" if path.startswith("/admin/") else "userJwt"
+            scheme = {"/admin/": "operatorSigV4", "/redemptions/": "orderSigV4"}.get(
+                next((p for p in server_to_server if path.startswith(p)), ""), "userJwt"
+            )
             assert op["security"] == [{scheme: []}], (method, path)
+    policies = template()["Resources"]
+    order = json.dumps(policies["OrderServicePolicy"]["Properties"]["PolicyDocument"])
+    assert "/redemptions/*" in order and "/admin/" not in order
 
 
 def test_the_admin_function_never_trusts_the_local_actor_header_in_aws():

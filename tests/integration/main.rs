@@ -17,6 +17,7 @@ mod identity;
 mod issuance;
 mod preheat;
 mod reconcile;
+mod redemption;
 mod refill;
 mod risk;
 mod rules;

@@ -14,6 +14,13 @@
 //! | POST, GET | `/admin/coupons/{couponId}/reconcile` | run one pass now / read the last report |
 //! | PUT, DELETE, GET | `/admin/blacklist/{userId}` | blacklist a user, lift it, read it |
 //! | PUT | `/admin/users/{userId}/coupons/{grantId}/revoked` | `{"reason": "..."}`: revoke one user's coupon (audited on the coupon) |
+//! | PUT | `/redemptions/{orderId}` | the order service spends a user's coupon (`{"userId", "grantId"}`), exactly once |
+//! | POST | `/redemptions/{orderId}/return` | the order gives it back (cancelled, refunded) |
+//!
+//! The order routes share this IAM-authorized function with the operators'
+//! (the same signed-principal identity, no user token); each caller's IAM
+//! policy grants only its own prefix (`CampaignOperatorPolicy`: `/admin/*`,
+//! `OrderServicePolicy`: `/redemptions/*`).
 //!
 //! Who is calling: in AWS the routes use IAM authorization, and the operator
 //! is the signed principal (`requestContext.authorizer.iam.userArn`). A user
@@ -33,7 +40,8 @@ use std::sync::Arc;
 
 use coupon_adapters::assemble::reconcile_ports;
 use coupon_adapters::dynamodb::{
-    self, DynamoAdminStore, DynamoBlacklist, DynamoCouponRepository, DynamoFacts, DynamoRevocations, Tables,
+    self, DynamoAdminStore, DynamoBlacklist, DynamoCouponRepository, DynamoFacts, DynamoRedemptions, DynamoRevocations,
+    Tables,
 };
 use coupon_adapters::redis::{Redis, RedisBlacklistFlags, RedisLive, RedisPreheater, RedisRepair};
 use coupon_adapters::sqs::{self, SqsRedrive};
@@ -43,11 +51,13 @@ use coupon_domain::catalog::Created;
 use coupon_domain::clock::{Clock, SystemClock};
 use coupon_domain::coupon::{CouponDefinition, CouponStatus};
 use coupon_domain::error::StoreError;
+use coupon_domain::ids::OrderId;
 use coupon_domain::ids::{CouponId, UserId};
 use coupon_domain::issuance::GrantRef;
 use coupon_domain::metrics::{EmfMetrics, Metrics};
 use coupon_domain::reconcile::ports::DurableFacts;
 use coupon_domain::reconcile::{ReconcileSettings, Reconciler};
+use coupon_domain::redemption::{RedemptionError, RedemptionService, Settled};
 use coupon_edge::{header_str, json_body, Detail, ErrorCode, Lang, Reply};
 use lambda_http::{Body, Request, Response};
 use serde::de::DeserializeOwned;
@@ -75,6 +85,8 @@ pub struct AdminEdge {
 pub struct AdminApp {
     /// The use cases.
     pub service: AdminService,
+    /// The order service's use cases (redeem, give back).
+    pub redemptions: RedemptionService,
     /// Request rules.
     pub edge: AdminEdge,
 }
@@ -176,6 +188,8 @@ async fn dispatch(app: &AdminApp, req: &Request, ctx: &AdminContext, route: Rout
                 .await
                 .map(|coupon| json!({"userId": user, "coupon": coupon})),
         },
+        Route::Redeem(order) => return redemption(app, req, &order, false).await,
+        Route::GiveBack(order) => return redemption(app, req, &order, true).await,
         Route::BlacklistEntry(user) => match user_id(&user) {
             Err(r) => return *r,
             Ok(user) => s
@@ -190,6 +204,59 @@ async fn dispatch(app: &AdminApp, req: &Request, ctx: &AdminContext, route: Rout
     }
 }
 
+/// The body of both order routes.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RedemptionBody {
+    user_id: String,
+    grant_id: String,
+}
+
+/// `PUT /redemptions/{orderId}` (spend) or `POST .../return` (give back).
+async fn redemption(app: &AdminApp, req: &Request, order: &str, give_back: bool) -> Reply {
+    let order = match OrderId::parse(order) {
+        Ok(o) => o,
+        Err(e) => return Reply::invalid(e.to_string()),
+    };
+    let b = match body::<RedemptionBody>(req, app.edge.max_body_bytes) {
+        Ok(b) => b,
+        Err(r) => return *r,
+    };
+    let (user, grant) = match (user_id(&b.user_id), grant_ref(&b.grant_id)) {
+        (Err(r), _) | (_, Err(r)) => return *r,
+        (Ok(u), Ok(g)) => (u, g),
+    };
+    let result = if give_back {
+        app.redemptions.give_back(&user, &grant, &order).await
+    } else {
+        app.redemptions.redeem(&user, &grant, &order).await
+    };
+    match result {
+        Ok(Settled { coupon, replayed }) => Reply::success(json!({
+            "orderId": order,
+            "userId": user,
+            "coupon": coupon,
+            "replayed": replayed,
+        })),
+        Err(e) => redemption_error(e),
+    }
+}
+
+/// The one mapping of a redemption refusal to the envelope.
+pub fn redemption_error(e: RedemptionError) -> Reply {
+    match e {
+        RedemptionError::NotFound => Reply::error(ErrorCode::GrantNotFound),
+        RedemptionError::UsedByAnotherOrder => Reply::error(ErrorCode::CouponUsed),
+        RedemptionError::NotYetValid { valid_from_ms } => Reply::error(ErrorCode::CouponNotUsable)
+            .with_data(json!({"reason": "NOT_YET_VALID", "validFromMs": valid_from_ms})),
+        RedemptionError::Expired => Reply::error(ErrorCode::CouponNotUsable).with_data(json!({"reason": "EXPIRED"})),
+        RedemptionError::Revoked => Reply::error(ErrorCode::CouponNotUsable).with_data(json!({"reason": "REVOKED"})),
+        RedemptionError::NotUsedByThisOrder => Reply::error(ErrorCode::NotUsedByOrder),
+        RedemptionError::Contended => Reply::error(ErrorCode::ConcurrentChange),
+        RedemptionError::Unavailable(e) => Reply::busy("redemption undecided", &e),
+    }
+}
+
 /// Maps a domain error to the envelope (the one mapping for the admin API).
 pub fn error_reply(e: AdminError) -> Reply {
     match e {
@@ -199,6 +266,7 @@ pub fn error_reply(e: AdminError) -> Reply {
         AdminError::NotFound => Reply::error(ErrorCode::CouponNotFound),
         AdminError::ReportNotFound => Reply::error(ErrorCode::ReportNotFound),
         AdminError::GrantNotFound => Reply::error(ErrorCode::GrantNotFound),
+        AdminError::CouponUsed => Reply::error(ErrorCode::CouponUsed),
         AdminError::CouponConflict => Reply::error(ErrorCode::CouponConflict),
         AdminError::ConcurrentChange => Reply::error(ErrorCode::ConcurrentChange),
         AdminError::Unavailable(e) => Reply::busy("admin operation undecided", &e),
@@ -302,6 +370,7 @@ pub fn ports(config: &Config, clients: Clients, facts: Arc<dyn DurableFacts>) ->
         repair: Arc::new(RedisRepair::new(redis.clone())),
         blacklist: Arc::new(DynamoBlacklist::new(tables.clone())),
         revocations: Arc::new(DynamoRevocations::new(tables.clone())),
+        redemptions: Arc::new(DynamoRedemptions::new(tables.clone())),
         flags: Arc::new(RedisBlacklistFlags::new(redis)),
         facts,
         reconciler,
@@ -320,6 +389,7 @@ pub fn wire(config: &Config, clients: Clients) -> AdminApp {
 /// The admin function over `ports`, with the edge rules of `config`.
 pub fn wire_ports(config: &Config, ports: AdminPorts) -> AdminApp {
     AdminApp {
+        redemptions: RedemptionService::new(ports.redemptions.clone(), ports.clock.clone()),
         service: AdminService::new(ports),
         edge: AdminEdge {
             local_mode: config.local_mode,

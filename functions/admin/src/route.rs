@@ -29,6 +29,10 @@ pub enum Route {
     BlacklistEntry(String),
     /// `PUT /admin/users/{userId}/coupons/{grantId}/revoked`.
     Revoke(String, String),
+    /// `PUT /redemptions/{orderId}`: the order service spends a coupon.
+    Redeem(String),
+    /// `POST /redemptions/{orderId}/return`: the order gives it back.
+    GiveBack(String),
 }
 
 /// Routes `method` and `path`.
@@ -64,6 +68,8 @@ pub fn route(method: &Method, path: &str) -> Matched<Route> {
         ["admin", "users", u, "coupons", g, "revoked"] => {
             by_method(method, "PUT", [(Method::PUT, Route::Revoke(id(u), id(g)))])
         }
+        ["redemptions", o] => by_method(method, "PUT", [(Method::PUT, Route::Redeem(id(o)))]),
+        ["redemptions", o, "return"] => by_method(method, "POST", [(Method::POST, Route::GiveBack(id(o)))]),
         _ => Matched::NotFound,
     }
 }

@@ -80,14 +80,15 @@ pub async fn handle(wallet: &Wallet, req: Request) -> Result<Response<Body>, Inf
     Ok(reply.into_response(lang))
 }
 
-/// `?status=unused|expired|revoked&limit=1..100&cursor=<from the last page>`; any
+/// `?status=unused|used|expired|revoked&limit=1..100&cursor=<from the last page>`; any
 /// other parameter is ignored, a malformed one is a 400 that names it.
 fn coupon_query(req: &Request) -> Result<CouponQuery, Reply> {
     let params = req.query_string_parameters();
     let mut query = CouponQuery::default();
     if let Some(raw) = params.first("status") {
         query.status = Some(
-            CouponState::parse_query(raw).ok_or_else(|| Reply::invalid("status must be unused, expired or revoked"))?,
+            CouponState::parse_query(raw)
+                .ok_or_else(|| Reply::invalid("status must be unused, used, expired or revoked"))?,
         );
     }
     if let Some(raw) = params.first("limit") {

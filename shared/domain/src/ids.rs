@@ -98,6 +98,14 @@ token_id!(
     64
 );
 token_id!(
+    /// The order service's id of an order that spends a coupon: the key of
+    /// a redemption's idempotency (the same order redeeming again gets the
+    /// same answer; only it may give the coupon back).
+    OrderId,
+    "orderId",
+    64
+);
+token_id!(
     /// The client's idempotency key for one grab (Stripe's Idempotency-Key):
     /// replaying it returns the first outcome. Scoped per user and coupon,
     /// so one user can neither read nor collide with another's request.

@@ -42,6 +42,7 @@ pub mod issuance;
 pub mod metrics;
 pub mod outcome;
 pub mod reconcile;
+pub mod redemption;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod wallet;

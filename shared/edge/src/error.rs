@@ -98,6 +98,9 @@ error_codes! {
     CouponNotActive => "COUPON_NOT_ACTIVE", 409, "This coupon cannot be grabbed now.", "该优惠券当前不可领取。";
     CouponConflict => "COUPON_CONFLICT", 409, "A different coupon exists under this id.", "该编号下已有不同定义的优惠券。";
     ConcurrentChange => "CONCURRENT_CHANGE", 409, "The coupon kept changing; read it again and retry.", "优惠券正被他人修改，请刷新后重试。";
+    CouponUsed => "COUPON_USED", 409, "This coupon has already been used by another order.", "该优惠券已被其他订单使用。";
+    CouponNotUsable => "COUPON_NOT_USABLE", 409, "This coupon cannot be used now.", "该优惠券当前不可使用。";
+    NotUsedByOrder => "NOT_USED_BY_ORDER", 409, "This order did not use this coupon.", "该订单未使用此优惠券。";
     SoldOut => "SOLD_OUT", 410, "All coupons are gone.", "优惠券已抢完。";
     PayloadTooLarge => "PAYLOAD_TOO_LARGE", 413, "The request body is too large.", "请求体过大。";
     UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE", 415, "Send the body as application/json.", "请求体必须是 application/json。";

@@ -14,7 +14,7 @@
 //! | coupons | `COUPON#<id>` | `OP#<key>` | an idempotency key an admin change claimed |
 //! | coupons | `COUPON#<id>` | `REPORT` | the latest on-demand reconciliation report |
 //! | coupons | `BLACKLIST#<user>` | `ENTRY` / `AUDIT#<ms>#<operation>` | the durable blacklist and its log |
-//! | user coupons | `USER#<user>` | `COUPON#<id>#<ordinal>` | a coupon in a wallet (`UNUSED`, or `REVOKED` with who and when) |
+//! | user coupons | `USER#<user>` | `COUPON#<id>#<ordinal>` | a coupon in a wallet: `UNUSED`, `USED` (`order_id`, `used_at_ms`) or `REVOKED` (who, when); `returned_by` lists orders that gave it back |
 //!
 //! A coupon's data shares one partition; a user's wallet is one query. The
 //! user-coupons index `by-coupon` (`coupon_id`, `pk`) lists a coupon's
@@ -25,7 +25,8 @@
 //! [`DynamoCouponRepository`] (definitions), [`DynamoIssueLedger`] (the
 //! issuer), [`DynamoWallet`], [`DynamoFacts`] (the reconciler),
 //! [`DynamoAdminStore`], [`DynamoBlacklist`] and [`DynamoRevocations`]
-//! (the admin API); [`DynamoCatalog`] (the grab's one read).
+//! (the admin API); [`DynamoRedemptions`] (orders spending coupons);
+//! [`DynamoCatalog`] (the grab's one read).
 
 pub use aws_sdk_dynamodb::Client;
 
@@ -35,6 +36,7 @@ mod definitions;
 mod facts;
 mod issue;
 mod items;
+mod redeem;
 mod revoke;
 mod wallet;
 
@@ -44,5 +46,6 @@ pub use definitions::{DynamoCatalog, DynamoCouponRepository};
 pub use facts::DynamoFacts;
 pub use issue::DynamoIssueLedger;
 pub use items::{coupon_pk, user_coupon_sk, user_pk, Tables, BY_COUPON_INDEX};
+pub use redeem::DynamoRedemptions;
 pub use revoke::DynamoRevocations;
 pub use wallet::DynamoWallet;

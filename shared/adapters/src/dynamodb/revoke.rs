@@ -47,8 +47,10 @@ impl CouponRevocations for DynamoRevocations {
         let Some((item, coupon)) = self.find(user, grant).await? else {
             return Ok(Revoked::NotFound);
         };
-        if coupon.status == CouponState::Revoked {
-            return Ok(Revoked::Already(coupon));
+        match coupon.status {
+            CouponState::Revoked => return Ok(Revoked::Already(coupon)),
+            CouponState::Used => return Ok(Revoked::Used),
+            CouponState::Unused | CouponState::Expired => {}
         }
         let key = |name: &str| item.get(name).cloned().unwrap_or_else(|| s(""));
         let update = Update::builder()
@@ -92,6 +94,7 @@ impl CouponRevocations for DynamoRevocations {
             {
                 match self.find(user, grant).await? {
                     Some((_, now)) if now.status == CouponState::Revoked => Ok(Revoked::Already(now)),
+                    Some((_, now)) if now.status == CouponState::Used => Ok(Revoked::Used),
                     None => Ok(Revoked::NotFound),
                     Some(_) => Err(StoreError::Unavailable(
                         "the coupon changed during the revocation".into(),

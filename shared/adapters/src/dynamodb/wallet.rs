@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use coupon_domain::error::StoreError;
-use coupon_domain::ids::{CouponId, UserId};
+use coupon_domain::ids::{CouponId, OrderId, UserId};
 use coupon_domain::issuance::{CouponState, GrantRef, GrantStatus, RejectReason, UserCoupon};
 use coupon_domain::wallet::WalletStore;
 
@@ -33,6 +33,7 @@ pub(super) fn parse_user_coupon(item: &Item) -> Option<UserCoupon> {
         grant_id: get_s(item, "grant_id")?.to_owned(),
         status: match get_s(item, "status")? {
             "UNUSED" => CouponState::Unused,
+            "USED" => CouponState::Used,
             "REVOKED" => CouponState::Revoked,
             _ => return None,
         },
@@ -41,6 +42,13 @@ pub(super) fn parse_user_coupon(item: &Item) -> Option<UserCoupon> {
         received_at_ms: get_n(item, "received_at_ms")?,
         valid_from_ms: get_n(item, "valid_from_ms")?,
         valid_until_ms: get_n(item, "valid_until_ms")?,
+        order_id: get_s(item, "order_id").and_then(|o| OrderId::parse(o).ok()),
+        used_at_ms: get_n(item, "used_at_ms"),
+        returned_by: item
+            .get("returned_by")
+            .and_then(|v| v.as_ss().ok())
+            .map(|orders| orders.iter().filter_map(|o| OrderId::parse(o).ok()).collect())
+            .unwrap_or_default(),
     })
 }
 

@@ -64,6 +64,9 @@ pub struct AdminPorts {
     pub blacklist: Arc<dyn BlacklistRecord>,
     /// Users' coupons taken back (DynamoDB).
     pub revocations: Arc<dyn CouponRevocations>,
+    /// Users' coupons spent and given back by orders (DynamoDB): the order
+    /// routes the same IAM-authorized function serves.
+    pub redemptions: Arc<dyn crate::redemption::Redemptions>,
     /// The blacklist flags grabs check (Redis).
     pub flags: Arc<dyn BlacklistFlags>,
     /// Issued and rejected counts (DynamoDB).
@@ -329,6 +332,7 @@ impl AdminService {
         match self.ports.revocations.revoke(user, grant, &entry).await? {
             Revoked::Now(coupon) | Revoked::Already(coupon) => Ok(coupon),
             Revoked::NotFound => Err(AdminError::GrantNotFound),
+            Revoked::Used => Err(AdminError::CouponUsed),
         }
     }
 

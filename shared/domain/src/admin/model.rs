@@ -200,6 +200,9 @@ pub enum AdminError {
     /// The user holds no coupon under this grant id.
     #[error("the user holds no coupon under this grant")]
     GrantNotFound,
+    /// The coupon was spent on an order.
+    #[error("the coupon was used")]
+    CouponUsed,
     /// A different coupon exists under this id.
     #[error("a different coupon exists under this id")]
     CouponConflict,

@@ -63,6 +63,9 @@ pub enum Revoked {
     Already(UserCoupon),
     /// The user holds no coupon under that grant id.
     NotFound,
+    /// It was spent on an order: a used coupon is not revoked (the order
+    /// service gives it back first, if it must).
+    Used,
 }
 
 /// The users' coupons as operators change them (DynamoDB).

@@ -23,15 +23,16 @@ use crate::metrics::Metrics;
 pub mod ports;
 pub use ports::IssueLedger;
 
-/// The life of a coupon in a wallet. UNUSED and REVOKED are stored; EXPIRED
-/// is how an unused coupon reads once its validity is over (computed at
-/// read, so no sweeper ever races a redemption). USED belongs to the
-/// redemption side, which is not part of this system yet.
+/// The life of a coupon in a wallet. UNUSED, USED and REVOKED are stored;
+/// EXPIRED is how an unused coupon reads once its validity is over
+/// (computed at read, so no sweeper ever races a redemption).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum CouponState {
     /// Issued and not yet used.
     Unused,
+    /// Spent on an order (`order_id`, `used_at_ms`).
+    Used,
     /// Never used, and its validity ended.
     Expired,
     /// Taken back by an operator (audited); it still counts against the
@@ -44,6 +45,7 @@ impl CouponState {
     pub fn parse_query(raw: &str) -> Option<Self> {
         match raw {
             "unused" => Some(Self::Unused),
+            "used" => Some(Self::Used),
             "expired" => Some(Self::Expired),
             "revoked" => Some(Self::Revoked),
             _ => None,
@@ -73,6 +75,16 @@ pub struct UserCoupon {
     pub valid_from_ms: i64,
     /// ...until (exclusive).
     pub valid_until_ms: i64,
+    /// The order it is spent on, while USED.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub order_id: Option<crate::ids::OrderId>,
+    /// When it was spent, while USED.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub used_at_ms: Option<i64>,
+    /// Orders that used it and gave it back (cancelled, refunded): a repeat
+    /// of their return answers the same. Not shown to the user.
+    #[serde(skip)]
+    pub returned_by: Vec<crate::ids::OrderId>,
 }
 
 impl UserCoupon {

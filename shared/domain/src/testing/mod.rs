@@ -9,8 +9,10 @@
 
 mod grab;
 mod reconcile;
+mod redemption;
 mod wallet;
 
 pub use grab::{AllowAll, CountingQueue, FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, ScriptedLedger, Silent};
 pub use reconcile::{FakeRedrive, MemoryFacts, MemoryShards, ShardState, ShardsHook};
+pub use redemption::{CouponsHook, MemoryRedemptions};
 pub use wallet::{MemoryOutbox, MemoryWallet};

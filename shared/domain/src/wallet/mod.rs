@@ -178,6 +178,9 @@ mod tests {
             received_at_ms: received,
             valid_from_ms: 0,
             valid_until_ms: valid_until,
+            order_id: None,
+            used_at_ms: None,
+            returned_by: Vec::new(),
         }
     }
 
