@@ -7,11 +7,16 @@
    the retries real apps make (same request id) and some second presses.
 4. Issues grants through the local event pump (infra/pump.py) while the
    sale runs, drains what is left, and runs the reconciler.
-5. Checks the outcome against DynamoDB itself and writes the report to
+5. The order service spends a share of the issued coupons through the API
+   (`PUT /redemptions/{orderId}`), some orders twice (a retry) and some
+   coupons by two orders at once, and gives a share back
+   (`POST /redemptions/{orderId}/return`).
+6. Checks the outcome against DynamoDB itself and writes the report to
    target/demo/report.json: requests, winners, issued, stock, oversell,
-   duplicates, lost, latency percentiles, throughput.
+   duplicates, lost, redeemed, returned, double spends, latency
+   percentiles, throughput.
 
-Exits non-zero if anything was oversold, duplicated or lost.
+Exits non-zero if anything was oversold, duplicated, lost or spent twice.
 """
 import argparse
 import collections
@@ -110,6 +115,59 @@ def grab(coupon_id, user, request_id, ip):
         except (OSError, http.client.HTTPException, json.JSONDecodeError):
             CLIENT.c = http.client.HTTPConnection(HOST, PORT, timeout=30)
     return user, request_id, 0, {"code": "TRANSPORT_ERROR"}, (time.perf_counter() - start) * 1000
+
+
+def order_call(method, path, body):
+    """One call of the order service (the IAM-authorized function; locally
+    its explicit local identity)."""
+    headers = {"content-type": "application/json", "x-admin-actor": "order-service"}
+    for _ in range(3):
+        try:
+            c = CLIENT.conn()
+            c.request(method, f"/lambda-url/admin{path}", body=json.dumps(body), headers=headers)
+            r = c.getresponse()
+            return json.loads(r.read() or b"{}")
+        except (OSError, http.client.HTTPException, json.JSONDecodeError):
+            CLIENT.c = http.client.HTTPConnection(HOST, PORT, timeout=30)
+    return {"code": "TRANSPORT_ERROR"}
+
+
+def orders(coupon_id, held, rng, concurrency):
+    """Spends a fifth of the held coupons, each by one order (retried once,
+    as a client that timed out would) or, for one in five, by two orders at
+    once; then gives a quarter of the spent ones back. Returns the figures
+    and the orders that were told SUCCESS, per grant."""
+    chosen = rng.sample(held, len(held) // 5)
+    work = []
+    for n, (user, grant) in enumerate(chosen):
+        racers = 2 if n % 5 == 0 else 1
+        for r in range(racers):
+            work.append((user, grant, f"order-{coupon_id}-{n}-{r}"))
+    spent = collections.defaultdict(set)
+    codes = collections.Counter()
+
+    def redeem(user, grant, order):
+        answers = [order_call("PUT", f"/redemptions/{order}", {"userId": user, "grantId": grant}) for _ in range(2)]
+        return grant, order, answers
+
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        for grant, order, answers in pool.map(lambda w: redeem(*w), work):
+            for a in answers:
+                codes[a.get("code")] += 1
+            if answers[0].get("code") == "SUCCESS":
+                spent[grant].add(order)
+    returned = 0
+    for grant, orders_told in list(spent.items())[: len(spent) // 4]:
+        order = next(iter(orders_told))
+        user = next(u for u, g in chosen if g == grant)
+        if order_call("POST", f"/redemptions/{order}/return", {"userId": user, "grantId": grant}).get("code") == "SUCCESS":
+            returned += 1
+    return {
+        "redeemed": len(spent),
+        "returned": returned,
+        "double_spends": sum(1 for o in spent.values() if len(o) > 1),
+        "order_answers": dict(codes),
+    }
 
 
 def presses(args):
@@ -224,7 +282,12 @@ def main():
         reconcile_seconds = time.perf_counter() - t2
         figures = next((c for c in reconcile.get("coupons", []) if c["couponId"] == coupon_id), {})
 
+        print("  the order service spends a share of the coupons and gives some back ...")
+        held = [(i["user_id"]["S"], i["grant_id"]["S"]) for i in ledger(coupon_id)[0]]
+        spending = orders(coupon_id, held, random.Random(args.seed), args.concurrency)
+
         items, rejected = ledger(coupon_id)
+        used_now = sum(1 for i in items if i.get("status", {}).get("S") == "USED")
         issued_ids = [i["grant_id"]["S"] for i in items]
         per_user = collections.Counter(i["user_id"]["S"] for i in items)
         duplicates = sum(max(0, n - definition["perUserLimit"]) for n in per_user.values()) + (
@@ -256,6 +319,11 @@ def main():
             "drain_seconds": round(drain, 2),
             "reconcile_seconds": round(reconcile_seconds, 2),
             "issuer_deliveries": pump.delivered,
+            "redeemed": spending["redeemed"],
+            "returned": spending["returned"],
+            "double_spends": spending["double_spends"],
+            "used_in_dynamodb": used_now,
+            "order_answers": spending["order_answers"],
             "reconcile": figures,
             "dlq_depth": reconcile.get("dlqDepth"),
         }
@@ -265,15 +333,18 @@ def main():
 
         print()
         for key in ["requests", "winners", "issued", "stock", "oversell", "duplicates", "lost",
+                    "redeemed", "returned", "double_spends", "used_in_dynamodb",
                     "p50_ms", "p99_ms", "throughput_rps", "startup_seconds", "grab_seconds", "drain_seconds"]:
-            print(f"  {key:<16}{report[key]}")
-        print(f"  {'stock equation':<16}drift {figures.get('drift')} "
+            print(f"  {key:<18}{report[key]}")
+        print(f"  {'stock equation':<18}drift {figures.get('drift')} "
               f"(remaining {figures.get('remaining')}, issued {figures.get('issued')}, "
               f"pending {figures.get('pending')}, rejected {figures.get('rejected')})")
         print(f"\n  report: {out.relative_to(ROOT)}")
         ok = report["oversell"] == 0 and duplicates == 0 and lost == 0 and figures.get("drift") == 0
         ok = ok and report["winners"] == min(args.stock, args.users)
-        print("  OK: exactly the stock, once each, nothing lost" if ok else "  FAILED: see the report")
+        ok = ok and spending["double_spends"] == 0 and used_now == spending["redeemed"] - spending["returned"]
+        print("  OK: exactly the stock, once each, nothing lost, no coupon spent twice" if ok
+              else "  FAILED: see the report")
         return 0 if ok else 1
     finally:
         if server is not None:

@@ -77,6 +77,12 @@ async fn a_coupon_is_spent_once_given_back_only_by_its_order_and_each_answer_rep
         (back_again.code(), &back_again.body["data"]["replayed"]),
         ("SUCCESS", &Value::Bool(true))
     );
+    let stale = redeem(&h, &o1, &user, &grant).await;
+    assert_eq!(
+        (stale.code(), stale.body["data"]["reason"].as_str()),
+        ("COUPON_NOT_USABLE", Some("RETURNED_BY_ORDER")),
+        "a late retry of a returned order's redemption never spends it again"
+    );
 
     // Spendable again, by another order.
     assert_eq!(status(&redeem(&h, &o2, &user, &grant).await), ("SUCCESS", Some("USED")));

@@ -252,6 +252,9 @@ pub fn redemption_error(e: RedemptionError) -> Reply {
         RedemptionError::Expired => Reply::error(ErrorCode::CouponNotUsable).with_data(json!({"reason": "EXPIRED"})),
         RedemptionError::Revoked => Reply::error(ErrorCode::CouponNotUsable).with_data(json!({"reason": "REVOKED"})),
         RedemptionError::NotUsedByThisOrder => Reply::error(ErrorCode::NotUsedByOrder),
+        RedemptionError::ReturnedByThisOrder => {
+            Reply::error(ErrorCode::CouponNotUsable).with_data(json!({"reason": "RETURNED_BY_ORDER"}))
+        }
         RedemptionError::Contended => Reply::error(ErrorCode::ConcurrentChange),
         RedemptionError::Unavailable(e) => Reply::busy("redemption undecided", &e),
     }

@@ -81,7 +81,8 @@ impl Redemptions for DynamoRedemptions {
             .update(user, coupon)
             .update_expression("SET #st = :used, order_id = :order, used_at_ms = :now")
             .condition_expression(
-                "grant_id = :grant AND #st = :unused AND valid_from_ms <= :now AND valid_until_ms > :now",
+                "grant_id = :grant AND #st = :unused AND valid_from_ms <= :now AND valid_until_ms > :now \
+                 AND NOT contains(returned_by, :order)",
             )
             .expression_attribute_values(":used", s("USED"))
             .expression_attribute_values(":unused", s("UNUSED"))

@@ -13,6 +13,8 @@
 //! - a return (`USED -> UNUSED`) is accepted only from the order that used
 //!   it, and repeating it gets the same answer (the returning orders are
 //!   kept on the coupon);
+//! - an order that gave a coupon back never spends it again (a late retry
+//!   of its redemption is refused);
 //! - a coupon returned after its validity is unused and reads `EXPIRED`
 //!   (expiry is decided at read, so nothing sweeps the table and no sweeper
 //!   races a redemption).
@@ -57,6 +59,10 @@ pub enum RedemptionError {
     /// A return from an order that did not use it (or of a coupon not used).
     #[error("this order did not use the coupon")]
     NotUsedByThisOrder,
+    /// This order gave the coupon back: a late retry of its redemption must
+    /// not spend it again (a new order redeems it).
+    #[error("this order gave the coupon back")]
+    ReturnedByThisOrder,
     /// The coupon kept changing under the write; nothing was written.
     #[error("the coupon kept changing")]
     Contended,
@@ -109,6 +115,7 @@ impl RedemptionService {
                     })
                 }
                 CouponState::Used => return Err(RedemptionError::UsedByAnotherOrder),
+                _ if coupon.returned_by.contains(order) => return Err(RedemptionError::ReturnedByThisOrder),
                 CouponState::Revoked => return Err(RedemptionError::Revoked),
                 CouponState::Unused | CouponState::Expired => {}
             }

@@ -110,6 +110,11 @@ async fn only_the_order_that_used_it_gives_it_back_once_and_late_it_reads_expire
     );
     let again = w.service.give_back(&w.user, &w.grant, &order("o1")).await.unwrap();
     assert!(again.replayed);
+    let stale = w.service.redeem(&w.user, &w.grant, &order("o1")).await;
+    assert!(
+        matches!(stale, Err(RedemptionError::ReturnedByThisOrder)),
+        "a late retry of o1's redemption never spends it again: {stale:?}"
+    );
 
     // Spent again by another order, returned after the validity ended.
     w.service.redeem(&w.user, &w.grant, &order("o3")).await.unwrap();

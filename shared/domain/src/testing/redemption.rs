@@ -64,7 +64,11 @@ impl Redemptions for MemoryRedemptions {
         let Some(stored) = coupons.get_mut(&(user.clone(), coupon.grant_id.clone())) else {
             return Ok(Written::Changed);
         };
-        if stored.status != CouponState::Unused || now_ms < stored.valid_from_ms || now_ms >= stored.valid_until_ms {
+        if stored.status != CouponState::Unused
+            || stored.returned_by.contains(order)
+            || now_ms < stored.valid_from_ms
+            || now_ms >= stored.valid_until_ms
+        {
             return Ok(Written::Changed);
         }
         stored.status = CouponState::Used;
