@@ -5,9 +5,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use coupon_domain::clock::Clock;
+use coupon_domain::coupon::CouponDefinition;
 use coupon_domain::grab::home_shard;
 use coupon_domain::grab::ports::{BorrowEnd, Claim, ClaimReply, StockLedger};
-use coupon_domain::ids::{RequestId, UserId};
+use coupon_domain::ids::{CouponId, RequestId, UserId};
 use coupon_domain::reconcile::ports::DurableFacts;
 use futures::stream::{self, StreamExt};
 
@@ -122,14 +123,14 @@ async fn two_reconcilers_at_once_leave_one_coupon_per_winner() {
     assert_eq!(h2.reconcile(&def).await.drift, 0);
 }
 
-#[tokio::test]
-async fn a_borrow_whose_caller_died_is_finished_by_the_reconciler() {
-    let h = Harness::new().await;
+/// A coupon of 4 units on 2 shards whose `user_name`'s home shard other
+/// users emptied (their coupons issued), and a borrow reserved there for
+/// `user_name`'s request `r1` whose caller then died: the grab script ran
+/// and nothing after it.
+async fn borrow_reserved_on_an_empty_home(h: &Harness, user_name: &str) -> (CouponDefinition, CouponId) {
     let mut def = h.coupon(4);
     def.shards = 2;
     let coupon = h.create(&def).await;
-    // Empty the user's home shard with other users of that shard.
-    let user_name = "orphan-borrower";
     let user = UserId::parse(user_name).unwrap();
     let home = home_shard(&user, 2);
     let mut emptied = 0;
@@ -142,8 +143,7 @@ async fn a_borrow_whose_caller_died_is_finished_by_the_reconciler() {
             emptied += 1;
         }
     }
-    // The grab reserves a borrow on the empty home shard, then dies.
-    h.pump().await; // the fillers' coupons are issued
+    h.pump().await;
     let request = RequestId::parse("r1").unwrap();
     let claim = Claim {
         coupon: &coupon,
@@ -157,6 +157,14 @@ async fn a_borrow_whose_caller_died_is_finished_by_the_reconciler() {
         h.stock_ledger().claim(&claim).await.unwrap(),
         ClaimReply::Borrow { ordinal: 1 }
     ));
+    (def, coupon)
+}
+
+#[tokio::test]
+async fn a_borrow_whose_caller_died_is_finished_by_the_reconciler() {
+    let h = Harness::new().await;
+    let user_name = "orphan-borrower";
+    let (def, coupon) = borrow_reserved_on_an_empty_home(&h, user_name).await;
     h.clock.advance(31_000);
     let figures = h.reconcile(&def).await;
     assert_eq!((figures.borrows_finished, figures.redriven), (1, 1));
@@ -181,35 +189,8 @@ async fn a_borrow_whose_caller_died_is_finished_by_the_reconciler() {
 #[tokio::test]
 async fn a_borrow_resumed_after_the_coupon_went_offline_takes_nothing() {
     let h = Harness::new().await;
-    let mut def = h.coupon(4);
-    def.shards = 2;
-    let coupon = h.create(&def).await;
     let user_name = "late-borrower";
-    let user = UserId::parse(user_name).unwrap();
-    let home = home_shard(&user, 2);
-    let mut emptied = 0;
-    let mut i = 0;
-    while emptied < 2 {
-        let other = format!("filler-{i}");
-        i += 1;
-        if home_shard(&UserId::parse(&other).unwrap(), 2) == home {
-            assert_eq!(h.grab(&coupon, &other, "r").await.code(), "SUCCESS");
-            emptied += 1;
-        }
-    }
-    let request = RequestId::parse("r1").unwrap();
-    let claim = Claim {
-        coupon: &coupon,
-        home_shard: home,
-        user: &user,
-        level: 0,
-        request: &request,
-        now_ms: h.clock.now_ms(),
-    };
-    assert!(matches!(
-        h.stock_ledger().claim(&claim).await.unwrap(),
-        ClaimReply::Borrow { ordinal: 1 }
-    ));
+    let (def, coupon) = borrow_reserved_on_an_empty_home(&h, user_name).await;
     let path = format!("/admin/coupons/{coupon}/status");
     let off = h
         .admin_call("PUT", &path, Some(serde_json::json!({"status": "OFFLINE"})))
