@@ -144,11 +144,18 @@ async fn borrow_reserved_on_an_empty_home(h: &Harness, user_name: &str) -> (Coup
         }
     }
     h.pump().await;
+    reserve_borrow(h, &coupon, &user, home).await;
+    (def, coupon)
+}
+
+/// `user`'s request `r1` reserves a borrow on its empty `home` shard (the
+/// grab script runs; the caller dies before anything else).
+async fn reserve_borrow(h: &Harness, coupon: &CouponId, user: &UserId, home: u32) {
     let request = RequestId::parse("r1").unwrap();
     let claim = Claim {
-        coupon: &coupon,
+        coupon,
         home_shard: home,
-        user: &user,
+        user,
         level: 0,
         request: &request,
         now_ms: h.clock.now_ms(),
@@ -157,7 +164,6 @@ async fn borrow_reserved_on_an_empty_home(h: &Harness, user_name: &str) -> (Coup
         h.stock_ledger().claim(&claim).await.unwrap(),
         ClaimReply::Borrow { ordinal: 1 }
     ));
-    (def, coupon)
 }
 
 #[tokio::test]
@@ -237,19 +243,7 @@ async fn a_borrow_whose_home_shard_was_dropped_waits_for_the_rebuild() {
         }
     }
     h.pump().await;
-    let request = RequestId::parse("r1").unwrap();
-    let claim = Claim {
-        coupon: &coupon,
-        home_shard: home,
-        user: &user,
-        level: 0,
-        request: &request,
-        now_ms: h.clock.now_ms(),
-    };
-    assert!(matches!(
-        h.stock_ledger().claim(&claim).await.unwrap(),
-        ClaimReply::Borrow { ordinal: 1 }
-    ));
+    reserve_borrow(&h, &coupon, &user, home).await;
     use coupon_domain::reconcile::ports::StockRepair;
     let repair = coupon_adapters::redis::RedisRepair::new(h.redis.clone());
     assert!(repair.drop_if_behind(&coupon, home, u64::MAX).await.unwrap());
