@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Creates the local queues and tables from infra/resources.json, idempotently.
+"""Creates the local queues, tables, event bus and rules from
+infra/resources.json, idempotently.
 
 Talks to whatever AWS_ENDPOINT_URL points at (moto server, LocalStack). Safe
 to re-run: existing resources are left as they are (attributes are brought in
@@ -61,6 +62,11 @@ def ensure_table(ddb, spec, prefix=""):
     try:
         table = ddb.describe_table(TableName=name)["Table"]
         add_missing_indexes(ddb, name, spec, table)
+        if spec.get("stream") and not table.get("StreamSpecification", {}).get("StreamEnabled"):
+            ddb.update_table(
+                TableName=name, StreamSpecification={"StreamEnabled": True, "StreamViewType": spec["stream"]}
+            )
+            print(f"enabled the stream of {name}")
     except ClientError as e:
         if e.response["Error"]["Code"] != "ResourceNotFoundException":
             raise
@@ -78,6 +84,8 @@ def ensure_table(ddb, spec, prefix=""):
         gsis = [gsi_spec(g) for g in spec.get("globalSecondaryIndexes", [])]
         if gsis:
             args["GlobalSecondaryIndexes"] = gsis
+        if spec.get("stream"):
+            args["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": spec["stream"]}
         ddb.create_table(**args)
         print(f"created table {name}")
     for _ in range(100):
@@ -111,6 +119,30 @@ def ensure_queue(sqs, spec, dlq_arn=None, prefix=""):
     return url, arn
 
 
+def ensure_bus(events, sqs, spec, queue_arns, prefix=""):
+    """The custom bus and its rules, each with its SQS target (and the
+    target's dead-letter queue); a rule with no detail types takes every
+    event of the source."""
+    name = prefix + spec["localName"]
+    try:
+        events.describe_event_bus(Name=name)
+    except ClientError as e:
+        if e.response["Error"]["Code"] != "ResourceNotFoundException":
+            raise
+        events.create_event_bus(Name=name)
+        print(f"created event bus {name}")
+    for rule_name, rule in spec["rules"].items():
+        pattern = {"source": [spec["source"]]}
+        if rule["detailTypes"]:
+            pattern["detail-type"] = rule["detailTypes"]
+        events.put_rule(Name=prefix + rule_name, EventBusName=name, EventPattern=json.dumps(pattern))
+        target = {"Id": rule["target"], "Arn": queue_arns[rule["target"]]}
+        if rule.get("deadLetterQueue"):
+            target["DeadLetterConfig"] = {"Arn": queue_arns[rule["deadLetterQueue"]]}
+        events.put_targets(Rule=prefix + rule_name, EventBusName=name, Targets=[target])
+    return name
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--prefix", default="")
@@ -129,6 +161,9 @@ def main():
         dlq_arn = arns.get(spec.get("deadLetterQueue"))
         url, arns[logical] = ensure_queue(sqs, spec, dlq_arn, args.prefix)
         env[spec["env"]] = url
+    events = client("events")
+    for spec in resources.get("buses", {}).values():
+        env[spec["env"]] = ensure_bus(events, sqs, spec, arns, args.prefix)
     out = pathlib.Path(args.env_file)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(f"{k}={v}\n" for k, v in sorted(env.items())))

@@ -15,6 +15,7 @@ mod flash_sale;
 mod hostile;
 mod identity;
 mod issuance;
+mod notify;
 mod preheat;
 mod reconcile;
 mod redemption;

@@ -11,6 +11,7 @@
 //! - [`sqs`] (`sqs` feature): the grant publisher and the re-drive.
 //! - [`dynamodb`] (`dynamodb` feature): one adapter per port over shared
 //!   tables.
+//! - [`eventbridge`] (`eventbridge` feature): the notifier's event bus.
 //! - [`elasticache`], [`secrets`] (features of the same names): finding the
 //!   cluster and its auth token at cold start.
 //! - [`aws`]: the shared SDK configuration.
@@ -33,10 +34,19 @@ pub mod dynamodb;
 #[cfg(feature = "elasticache")]
 pub mod elasticache;
 
+#[cfg(feature = "eventbridge")]
+pub mod eventbridge;
+
 #[cfg(feature = "secrets")]
 pub mod secrets;
 
-#[cfg(any(feature = "sqs", feature = "dynamodb", feature = "elasticache", feature = "secrets"))]
+#[cfg(any(
+    feature = "sqs",
+    feature = "dynamodb",
+    feature = "elasticache",
+    feature = "secrets",
+    feature = "eventbridge"
+))]
 pub mod aws;
 
 #[cfg(all(feature = "sqs", feature = "dynamodb"))]

@@ -18,7 +18,9 @@
 //!   agree; its arithmetic is pure and tested alone.
 //! - [`admin`]: operating a campaign, every change audited; [`catalog`]:
 //!   definitions and creating a coupon; [`blacklist`]: its two stores.
-//! - [`wallet`]: what a user holds and where their grants are.
+//! - [`wallet`]: what a user holds and where their grants are;
+//!   [`redemption`]: orders spending and giving back coupons;
+//!   [`notify`]: each coupon's transitions as events for the bus.
 //! - [`error`]: what ports return; [`config`]: the environment reader every
 //!   function's `Config` is built with; [`clock`], [`metrics`]: injected
 //!   time and CloudWatch embedded-metric-format lines.
@@ -40,6 +42,7 @@ pub mod grant;
 pub mod ids;
 pub mod issuance;
 pub mod metrics;
+pub mod notify;
 pub mod outcome;
 pub mod reconcile;
 pub mod redemption;

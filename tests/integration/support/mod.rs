@@ -11,6 +11,8 @@
 //! - [`reconcile`]: the reconciler, narrowed to the harness's coupons.
 //! - [`wallet`], [`admin`]: those functions on the harness's stores.
 //! - [`replica`]: a primary and a replica of the test's own, for failover.
+//! - [`stream`]: the user-coupons change stream as Lambda hands it over,
+//!   and an event bus of the test's own.
 
 mod admin;
 mod events;
@@ -19,6 +21,7 @@ mod issue;
 mod reconcile;
 mod replica;
 mod stack;
+mod stream;
 mod wallet;
 
 pub use admin::admin_send_to;
@@ -26,3 +29,4 @@ pub use events::{send, sqs_event, Event, Resp};
 pub use harness::{Harness, Options};
 pub use replica::{ReplicaPair, Server};
 pub use stack::{unique, Stack, HOUR, T0};
+pub use stream::{CouponStream, TestBus};

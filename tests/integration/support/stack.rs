@@ -37,6 +37,8 @@ pub fn unique(label: &str) -> String {
 /// Clients for the local services.
 #[derive(Clone)]
 pub struct Stack {
+    /// The SDK configuration the clients share (for clients a test needs once).
+    pub sdk: aws_config::SdkConfig,
     pub sqs: aws_sdk_sqs::Client,
     pub ddb: aws_sdk_dynamodb::Client,
     pub elasticache: coupon_adapters::elasticache::Client,
@@ -69,6 +71,7 @@ impl Stack {
                 coupons: env_or("COUPONS_TABLE", "coupons"),
                 user_coupons: env_or("USER_COUPONS_TABLE", "user-coupons"),
             },
+            sdk,
         }
     }
 

@@ -14,7 +14,7 @@
 //! | coupons | `COUPON#<id>` | `OP#<key>` | an idempotency key an admin change claimed |
 //! | coupons | `COUPON#<id>` | `REPORT` | the latest on-demand reconciliation report |
 //! | coupons | `BLACKLIST#<user>` | `ENTRY` / `AUDIT#<ms>#<operation>` | the durable blacklist and its log |
-//! | user coupons | `USER#<user>` | `COUPON#<id>#<ordinal>` | a coupon in a wallet: `UNUSED`, `USED` (`order_id`, `used_at_ms`) or `REVOKED` (who, when); `returned_by` lists orders that gave it back |
+//! | user coupons | `USER#<user>` | `COUPON#<id>#<ordinal>` | a coupon in a wallet: `UNUSED`, `USED` (`order_id`, `used_at_ms`) or `REVOKED` (who, when); `returned_by` lists orders that gave it back, `returned_at_ms` the last return; its change stream feeds the notifier |
 //!
 //! A coupon's data shares one partition; a user's wallet is one query. The
 //! user-coupons index `by-coupon` (`coupon_id`, `pk`) lists a coupon's
@@ -26,7 +26,8 @@
 //! issuer), [`DynamoWallet`], [`DynamoFacts`] (the reconciler),
 //! [`DynamoAdminStore`], [`DynamoBlacklist`] and [`DynamoRevocations`]
 //! (the admin API); [`DynamoRedemptions`] (orders spending coupons);
-//! [`DynamoCatalog`] (the grab's one read).
+//! [`DynamoCatalog`] (the grab's one read); [`stream_record`] reads the
+//! user-coupons change stream for the notifier.
 
 pub use aws_sdk_dynamodb::Client;
 
@@ -38,6 +39,7 @@ mod issue;
 mod items;
 mod redeem;
 mod revoke;
+mod stream;
 mod wallet;
 
 pub use admin::DynamoAdminStore;
@@ -48,4 +50,5 @@ pub use issue::DynamoIssueLedger;
 pub use items::{coupon_pk, user_coupon_sk, user_pk, Tables, BY_COUPON_INDEX};
 pub use redeem::DynamoRedemptions;
 pub use revoke::DynamoRevocations;
+pub use stream::stream_record;
 pub use wallet::DynamoWallet;

@@ -45,7 +45,7 @@ impl DynamoRedemptions {
                 .attributes
                 .as_ref()
                 .and_then(parse_user_coupon)
-                .map(Written::Done)
+                .map(|c| Written::Done(Box::new(c)))
                 .ok_or_else(|| StoreError::Protocol {
                     what: "user coupon",
                     detail: "the written item cannot be read back".into(),
@@ -96,7 +96,7 @@ impl Redemptions for DynamoRedemptions {
         user: &UserId,
         coupon: &UserCoupon,
         order: &OrderId,
-        _now_ms: i64,
+        now_ms: i64,
     ) -> Result<Written, StoreError> {
         let call = self
             .update(user, coupon)
@@ -105,7 +105,8 @@ impl Redemptions for DynamoRedemptions {
             .expression_attribute_values(":used", s("USED"))
             .expression_attribute_values(":unused", s("UNUSED"))
             .expression_attribute_values(":order", s(order.as_str()))
-            .expression_attribute_values(":orders", AttributeValue::Ss(vec![order.as_str().to_owned()]));
+            .expression_attribute_values(":orders", AttributeValue::Ss(vec![order.as_str().to_owned()]))
+            .expression_attribute_values(":now", n(now_ms));
         self.written(call).await
     }
 }

@@ -86,6 +86,7 @@ impl CouponRevocations for DynamoRevocations {
         match result {
             Ok(_) => Ok(Revoked::Now(UserCoupon {
                 status: CouponState::Revoked,
+                revoked_at_ms: Some(entry.at_ms),
                 ..coupon
             })),
             // Someone changed it between the read and the write: read again.

@@ -49,6 +49,8 @@ pub(super) fn parse_user_coupon(item: &Item) -> Option<UserCoupon> {
             .and_then(|v| v.as_ss().ok())
             .map(|orders| orders.iter().filter_map(|o| OrderId::parse(o).ok()).collect())
             .unwrap_or_default(),
+        returned_at_ms: get_n(item, "returned_at_ms"),
+        revoked_at_ms: get_n(item, "revoked_at_ms"),
     })
 }
 

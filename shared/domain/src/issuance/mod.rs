@@ -85,6 +85,13 @@ pub struct UserCoupon {
     /// of their return answers the same. Not shown to the user.
     #[serde(skip)]
     pub returned_by: Vec<crate::ids::OrderId>,
+    /// When the last order gave it back: a return at or past
+    /// `valid_until_ms` is the coupon expiring (the notifier tells which).
+    #[serde(skip)]
+    pub returned_at_ms: Option<i64>,
+    /// When an operator revoked it.
+    #[serde(skip)]
+    pub revoked_at_ms: Option<i64>,
 }
 
 impl UserCoupon {

@@ -130,7 +130,7 @@ impl RedemptionService {
             match self.store.redeem(user, &coupon, order, now).await? {
                 Written::Done(coupon) => {
                     return Ok(Settled {
-                        coupon,
+                        coupon: *coupon,
                         replayed: false,
                     })
                 }
@@ -167,7 +167,7 @@ impl RedemptionService {
             match self.store.give_back(user, &coupon, order, now).await? {
                 Written::Done(coupon) => {
                     return Ok(Settled {
-                        coupon: coupon.as_of(now),
+                        coupon: (*coupon).as_of(now),
                         replayed: false,
                     })
                 }

@@ -11,7 +11,7 @@ use crate::issuance::{GrantRef, UserCoupon};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Written {
     /// Written; the coupon after it.
-    Done(UserCoupon),
+    Done(Box<UserCoupon>),
     /// The coupon was no longer as read (another order, a revocation, a
     /// return): nothing written; read again and decide.
     Changed,

@@ -36,6 +36,8 @@ fn world(valid_from: i64, valid_until: i64) -> World {
             order_id: None,
             used_at_ms: None,
             returned_by: Vec::new(),
+            returned_at_ms: None,
+            revoked_at_ms: None,
         },
     );
     let service = RedemptionService::new(store.clone(), Arc::new(clock.clone()));

@@ -8,11 +8,13 @@
 //! the real adapters against the same promises.
 
 mod grab;
+mod notify;
 mod reconcile;
 mod redemption;
 mod wallet;
 
 pub use grab::{AllowAll, CountingQueue, FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, ScriptedLedger, Silent};
+pub use notify::MemoryBus;
 pub use reconcile::{FakeRedrive, MemoryFacts, MemoryShards, ShardState, ShardsHook};
 pub use redemption::{CouponsHook, MemoryRedemptions};
 pub use wallet::{MemoryOutbox, MemoryWallet};

@@ -74,7 +74,7 @@ impl Redemptions for MemoryRedemptions {
         stored.status = CouponState::Used;
         stored.order_id = Some(order.clone());
         stored.used_at_ms = Some(now_ms);
-        Ok(Written::Done(stored.clone()))
+        Ok(Written::Done(Box::new(stored.clone())))
     }
 
     async fn give_back(
@@ -82,7 +82,7 @@ impl Redemptions for MemoryRedemptions {
         user: &UserId,
         coupon: &UserCoupon,
         order: &OrderId,
-        _now_ms: i64,
+        now_ms: i64,
     ) -> Result<Written, StoreError> {
         self.hook();
         let mut coupons = self.coupons.lock().unwrap();
@@ -96,6 +96,7 @@ impl Redemptions for MemoryRedemptions {
         stored.order_id = None;
         stored.used_at_ms = None;
         stored.returned_by.push(order.clone());
-        Ok(Written::Done(stored.clone()))
+        stored.returned_at_ms = Some(now_ms);
+        Ok(Written::Done(Box::new(stored.clone())))
     }
 }

@@ -181,6 +181,8 @@ mod tests {
             order_id: None,
             used_at_ms: None,
             returned_by: Vec::new(),
+            returned_at_ms: None,
+            revoked_at_ms: None,
         }
     }
 
