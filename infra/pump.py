@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""The local stand-in for the SQS event source mappings and the schedule.
+"""The local stand-in for the event source mappings and the schedule.
 
 In AWS, Lambda polls the grant queue and invokes the issuer with batches,
 deleting what the function did not report in `batchItemFailures`; polls the
 repair queue and invokes the reconciler with the coupons grabs found lost;
-and EventBridge Scheduler invokes the reconciler. Locally this script does
-all three against the functions served by `cargo lambda watch`
-(infra/serve.sh):
+reads the user-coupons change stream and invokes the notifier; and
+EventBridge Scheduler invokes the reconciler. Locally this script does all
+four against the functions served by `cargo lambda watch` (infra/serve.sh):
 
     pump.py                 run forever: pump, and reconcile every 10 s
     pump.py --drain         pump until the queue is empty, reconcile once,
@@ -15,6 +15,12 @@ all three against the functions served by `cargo lambda watch`
 Messages the issuer reports failed stay on the queue and come back after a
 short visibility timeout (SQS's redelivery); a failed invocation leaves the
 whole batch there.
+
+The stream is read as the DynamoDB event source mapping reads it (see
+`StreamPump`): batches in order, retried from the first record the notifier
+names in `batchItemFailures`, halved when the invocation itself fails, and
+after `STREAM_MAX_RETRIES` retries described on the notifier's failure
+queue, so nothing is skipped in silence.
 """
 import argparse
 import json
@@ -158,19 +164,142 @@ class Pump:
         return False
 
 
+STREAM_MAX_RETRIES = 3
+STREAM_BATCH = 100
+
+
+class StreamPump:
+    """The user-coupons change stream to the notifier, as Lambda's DynamoDB
+    event source mapping (with `ReportBatchItemFailures`,
+    `BisectBatchOnFunctionError` and an on-failure destination) does it.
+
+    Starts at the stream's trim horizon, so a pump started late still
+    delivers every change; a restarted pump delivers them again, which
+    consumers absorb by event id (as they must for Lambda's retries)."""
+
+    def __init__(self, invoke_fn=None):
+        kw = dict(endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name=os.environ.get("AWS_REGION", "us-east-1"))
+        ddb = boto3.client("dynamodb", **kw)
+        self.streams = boto3.client("dynamodbstreams", **kw)
+        self.sqs = boto3.client("sqs", **kw)
+        self.failure_queue = os.environ.get("NOTIFIER_FAILURE_QUEUE_URL")
+        self.arn = ddb.describe_table(TableName=os.environ["USER_COUPONS_TABLE"])["Table"].get("LatestStreamArn")
+        self.iterators = {}
+        self.invoke = invoke_fn or (lambda payload: invoke("notifier", payload))
+        self.delivered = 0
+        self.given_up = 0
+
+    def _iterators(self):
+        if not self.arn:
+            return {}
+        shards = self.streams.describe_stream(StreamArn=self.arn)["StreamDescription"]["Shards"]
+        for shard in shards:
+            if shard["ShardId"] not in self.iterators:
+                self.iterators[shard["ShardId"]] = self.streams.get_shard_iterator(
+                    StreamArn=self.arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+                )["ShardIterator"]
+        return self.iterators
+
+    def once(self):
+        """One read of every shard; returns how many records were handled."""
+        handled = 0
+        for shard, iterator in list(self._iterators().items()):
+            if iterator is None:
+                continue
+            out = self.streams.get_records(ShardIterator=iterator, Limit=STREAM_BATCH)
+            records = out.get("Records", [])
+            if records:
+                self.deliver([self.lambda_record(r) for r in records])
+                handled += len(records)
+            self.iterators[shard] = out.get("NextShardIterator")
+        return handled
+
+    def lambda_record(self, r):
+        """A stream record in the shape Lambda hands the function."""
+        d = dict(r["dynamodb"])
+        created = d.get("ApproximateCreationDateTime")
+        if hasattr(created, "timestamp"):
+            d["ApproximateCreationDateTime"] = created.timestamp()
+        return {
+            "eventID": r.get("eventID"),
+            "eventName": r.get("eventName"),
+            "eventVersion": r.get("eventVersion", "1.1"),
+            "eventSource": "aws:dynamodb",
+            "awsRegion": os.environ.get("AWS_REGION", "us-east-1"),
+            "dynamodb": d,
+            "eventSourceARN": self.arn,
+        }
+
+    def deliver(self, records, retries=STREAM_MAX_RETRIES):
+        """Delivers `records` in order: what the notifier names failed is
+        retried from the first one named; a failed invocation halves the
+        batch; what still fails after the retries goes to the failure
+        queue."""
+        while records:
+            try:
+                response = self.invoke({"Records": records}) or {}
+                named = {f.get("itemIdentifier") for f in response.get("batchItemFailures", [])}
+            except (urllib.error.URLError, RuntimeError, TimeoutError) as e:
+                print(f"pump: notifier invocation failed: {e}", file=sys.stderr)
+                named = None
+            if named is not None and not named:
+                self.delivered += len(records)
+                return
+            if named is None and len(records) > 1:
+                half = len(records) // 2
+                self.deliver(records[:half], retries - 1)
+                self.deliver(records[half:], retries - 1)
+                return
+            first = 0
+            if named:
+                first = next((i for i, r in enumerate(records) if r["dynamodb"]["SequenceNumber"] in named), 0)
+            self.delivered += first
+            records = records[first:]
+            if retries <= 0:
+                self.give_up(records)
+                return
+            retries -= 1
+            time.sleep(0.2)
+
+    def give_up(self, records):
+        """What Lambda sends to the on-failure destination: the batch's place
+        in the stream (the records stay in the stream for 24 hours)."""
+        self.given_up += len(records)
+        body = {
+            "requestContext": {"condition": "RetryAttemptsExhausted"},
+            "DDBStreamBatchInfo": {
+                "streamArn": self.arn,
+                "startSequenceNumber": records[0]["dynamodb"]["SequenceNumber"],
+                "endSequenceNumber": records[-1]["dynamodb"]["SequenceNumber"],
+                "batchSize": len(records),
+            },
+        }
+        print(f"pump: notifier gave up on {len(records)} record(s)", file=sys.stderr)
+        if self.failure_queue:
+            self.sqs.send_message(QueueUrl=self.failure_queue, MessageBody=json.dumps(body))
+
+    def drain(self, quiet_reads=2):
+        """Reads until the stream has nothing new `quiet_reads` times."""
+        quiet = 0
+        while quiet < quiet_reads:
+            quiet = 0 if self.once() else quiet + 1
+
+
 def main():
     parser = argparse.ArgumentParser(description="Local SQS event source mapping and schedule.")
     parser.add_argument("--drain", action="store_true", help="pump until empty, reconcile once, print the report")
     parser.add_argument("--reconcile-every", type=float, default=10.0, help="seconds between reconciler runs")
     args = parser.parse_args()
     pump = Pump()
+    stream = StreamPump()
     if args.drain:
         pump.drain()
+        stream.drain()
         print(json.dumps(invoke("reconciler", {}), indent=2))
         return 0
     next_reconcile = time.monotonic() + args.reconcile_every
     while True:
-        if not (pump.once() + pump.repair()):
+        if not (pump.once() + pump.repair() + stream.once()):
             time.sleep(0.2)
         if time.monotonic() >= next_reconcile:
             try:

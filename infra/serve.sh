@@ -5,8 +5,8 @@
 #   POST /lambda-url/grab/coupons/{couponId}/grab      the grab (function URL)
 #   GET  /lambda-url/wallet/me/coupons                  the wallet
 #   POST /2015-03-31/functions/{name}/invocations       invoke API (issuer,
-#                                                       reconciler), as the
-#                                                       event pump does
+#                                                       reconciler, notifier),
+#                                                       as the event pump does
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/infra/env.sh"
@@ -22,6 +22,7 @@ exec cargo lambda watch \
   --env-var "REPAIR_QUEUE_URL=$REPAIR_QUEUE_URL" \
   --env-var "COUPONS_TABLE=$COUPONS_TABLE" \
   --env-var "USER_COUPONS_TABLE=$USER_COUPONS_TABLE" \
+  --env-var "EVENT_BUS_NAME=${EVENT_BUS_NAME:-coupon-events}" \
   --env-var "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL" \
   --env-var "AWS_REGION=$AWS_REGION" \
   --env-var "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID" \

@@ -1,7 +1,10 @@
-"""The local event pump honours partial batch responses like the SQS event
-source mapping: failed messages stay on the queue, the rest are deleted, and
-a failed invocation keeps the whole batch. Real SQS (the local endpoint); the
-issuer's invocation is replaced by a function the test controls."""
+"""The local event pump honours partial batch responses like the SQS and
+DynamoDB event source mappings: failed messages stay on the queue and the
+rest are deleted, a failed invocation keeps the whole batch; stream records
+are retried from the first one named, halved when the invocation fails, and
+described on the failure queue once the retries are spent. Real SQS and
+DynamoDB Streams (the local endpoint); the function's invocation is
+replaced by one the test controls."""
 import json
 import os
 import sys
@@ -80,3 +83,72 @@ def test_a_failed_invocation_keeps_the_whole_batch(queue, monkeypatch):
     assert offered == {0, 1, 2}
     assert remaining(sqs, url) == [0, 1, 2]
     assert p.delivered == 0
+
+
+@pytest.fixture
+def stream(monkeypatch):
+    """A table of the test's own with a change stream, three writes on it,
+    and a failure queue of its own."""
+    kw = dict(endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    ddb, sqs = boto3.client("dynamodb", **kw), boto3.client("sqs", **kw)
+    table = f"pump-stream-{uuid.uuid4().hex[:12]}"
+    ddb.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+    )
+    ddb.put_item(TableName=table, Item={"pk": {"S": "a"}, "n": {"N": "0"}})
+    ddb.put_item(TableName=table, Item={"pk": {"S": "b"}, "n": {"N": "1"}})
+    ddb.update_item(
+        TableName=table, Key={"pk": {"S": "a"}}, UpdateExpression="SET n = :n", ExpressionAttributeValues={":n": {"N": "2"}}
+    )
+    failures = sqs.create_queue(QueueName=f"pump-failures-{uuid.uuid4().hex[:12]}")["QueueUrl"]
+    monkeypatch.setenv("USER_COUPONS_TABLE", table)
+    monkeypatch.setenv("NOTIFIER_FAILURE_QUEUE_URL", failures)
+    monkeypatch.setattr(pump.time, "sleep", lambda _: None)
+    yield sqs, failures
+    ddb.delete_table(TableName=table)
+    sqs.delete_queue(QueueUrl=failures)
+
+
+def n_of(record):
+    return int(record["dynamodb"]["NewImage"]["n"]["N"])
+
+
+def test_the_stream_reaches_the_notifier_in_order_and_a_named_failure_is_retried_from_itself(stream):
+    calls = []
+
+    def notifier(payload):
+        records = payload["Records"]
+        assert all(r["eventSource"] == "aws:dynamodb" and r["dynamodb"]["SequenceNumber"] for r in records)
+        calls.append([n_of(r) for r in records])
+        if len(calls) == 1:
+            return {"batchItemFailures": [{"itemIdentifier": records[1]["dynamodb"]["SequenceNumber"]}]}
+        return {"batchItemFailures": []}
+
+    p = pump.StreamPump(notifier)
+    p.drain()
+    assert calls == [[0, 1, 2], [1, 2]], "retried from the first record named, never skipping it"
+    assert p.delivered == 3 and p.given_up == 0
+
+
+def test_a_failing_invocation_is_halved_and_what_keeps_failing_is_described_on_the_failure_queue(stream):
+    sqs, failures = stream
+    calls = []
+
+    def notifier(payload):
+        ns = [n_of(r) for r in payload["Records"]]
+        calls.append(ns)
+        if 1 in ns:
+            raise RuntimeError("notifier failed: poison")
+        return {"batchItemFailures": []}
+
+    p = pump.StreamPump(notifier)
+    p.drain()
+    assert calls[0] == [0, 1, 2] and calls[1] == [0], calls
+    assert p.delivered == 2 and p.given_up == 1
+    out = sqs.receive_message(QueueUrl=failures, MaxNumberOfMessages=10)["Messages"]
+    (info,) = [json.loads(m["Body"])["DDBStreamBatchInfo"] for m in out]
+    assert info["batchSize"] == 1

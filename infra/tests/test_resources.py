@@ -55,6 +55,8 @@ def test_every_local_table_is_in_the_template_with_the_same_keys_indexes_and_ttl
         assert gsis == want, logical
         ttl = props.get("TimeToLiveSpecification", {})
         assert (ttl.get("AttributeName") if ttl.get("Enabled") else None) == spec["ttlAttribute"], logical
+        stream = props.get("StreamSpecification", {}).get("StreamViewType")
+        assert stream == spec.get("stream"), logical
         assert props["BillingMode"] == "PAY_PER_REQUEST"
 
 
@@ -66,7 +68,7 @@ def test_every_template_table_is_provisioned_locally():
 
 def test_queues_and_redrive_match():
     tpl = template()["Resources"]
-    local = resources()["queues"]
+    local = {k: v for k, v in resources()["queues"].items() if not v.get("localOnly")}
     queues = {k for k, v in tpl.items() if v["Type"] == "AWS::SQS::Queue"}
     assert queues == set(local)
     for logical, spec in local.items():
@@ -94,6 +96,7 @@ FUNCTIONS = {
     "reconciler": "ReconcilerFunction",
     "wallet": "WalletFunction",
     "admin": "AdminFunction",
+    "notifier": "NotifierFunction",
 }
 
 
@@ -232,7 +235,7 @@ def test_functions_that_keep_request_records_agree_on_how_long():
 
 def test_the_local_stack_provides_every_table_and_queue_setting_the_code_requires():
     required = set().union(*required_settings().values()) - {"REDIS_URL|REDIS_HOST"}
-    provided = {spec["env"] for kind in ("tables", "queues") for spec in resources()[kind].values()}
+    provided = {spec["env"] for kind in ("tables", "queues", "buses") for spec in resources()[kind].values()}
     assert required <= provided, required - provided
 
 
@@ -291,3 +294,67 @@ def test_admin_and_order_routes_use_iam_and_every_other_route_the_user_jwt():
 def test_the_admin_function_never_trusts_the_local_actor_header_in_aws():
     env = template()["Resources"]["AdminFunction"]["Properties"]["Environment"]["Variables"]
     assert env["ADMIN_LOCAL_MODE"] == "false"
+
+
+def test_the_bus_and_its_rules_match_and_every_rule_target_may_be_written_by_eventbridge():
+    tpl = template()["Resources"]
+    buses = {k for k, v in tpl.items() if v["Type"] == "AWS::Events::EventBus"}
+    assert buses == set(resources()["buses"])
+    rules = {k: v["Properties"] for k, v in tpl.items() if v["Type"] == "AWS::Events::Rule"}
+    policies = [v["Properties"] for v in tpl.values() if v["Type"] == "AWS::SQS::QueuePolicy"]
+    local = {
+        name: (bus, rule)
+        for bus, spec in resources()["buses"].items()
+        for name, rule in spec["rules"].items()
+        if not rule.get("localOnly")
+    }
+    assert set(rules) == set(local)
+    for name, (bus, rule) in local.items():
+        props = rules[name]
+        assert props["EventBusName"] == {"Ref": bus}, name
+        pattern = {"source": [resources()["buses"][bus]["source"]]}
+        if rule["detailTypes"]:
+            pattern["detail-type"] = rule["detailTypes"]
+        assert props["EventPattern"] == pattern, name
+        (target,) = props["Targets"]
+        assert target["Arn"] == {"GetAtt": f"{rule['target']}.Arn"}, name
+        assert target["DeadLetterConfig"]["Arn"] == {"GetAtt": f"{rule['deadLetterQueue']}.Arn"}, name
+        for queue in (rule["target"], rule["deadLetterQueue"]):
+            assert any(
+                {"Ref": queue} in p["Queues"]
+                and s["Principal"] == {"Service": "events.amazonaws.com"}
+                and s["Condition"]["ArnEquals"]["aws:SourceArn"] == {"GetAtt": f"{name}.Arn"}
+                for p in policies
+                for s in p["PolicyDocument"]["Statement"]
+            ), (name, queue)
+    # The code publishes under the source the rules match.
+    code = (ROOT / "shared" / "adapters" / "src" / "eventbridge.rs").read_text()
+    for spec in resources()["buses"].values():
+        assert f'pub const SOURCE: &str = "{spec["source"]}";' in code
+
+
+def test_the_notifier_reads_the_stream_with_bounded_retries_and_drops_nothing_in_silence():
+    tpl = template()
+    resources_ = tpl["Resources"]
+    notifier = resources_["NotifierFunction"]["Properties"]
+    (event,) = notifier["Events"].values()
+    assert event["Type"] == "DynamoDB"
+    props = event["Properties"]
+    assert props["Stream"] == {"GetAtt": "UserCouponsTable.StreamArn"}
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert props["BisectBatchOnFunctionError"] is True
+    retries = tpl["Parameters"][props["MaximumRetryAttempts"]["Ref"]]
+    assert 0 <= retries["Default"] <= retries["MaxValue"] <= 10000
+    # Given up before the stream's 24 hours of retention lose the record.
+    assert 0 < props["MaximumRecordAgeInSeconds"] < 86400
+    failure = props["DestinationConfig"]["OnFailure"]
+    assert failure == {"Type": "SQS", "Destination": {"GetAtt": "NotifierFailureQueue.Arn"}}
+    assert {"SQSSendMessagePolicy": {"QueueName": {"GetAtt": "NotifierFailureQueue.QueueName"}}} in notifier["Policies"]
+    alarmed = {
+        json.dumps(res["Properties"].get("Dimensions"))
+        for res in resources_.values()
+        if res["Type"] == "AWS::CloudWatch::Alarm"
+    }
+    for queue in ("NotifierFailureQueue", "EventDeadLetterQueue"):
+        assert json.dumps([{"Name": "QueueName", "Value": {"GetAtt": f"{queue}.QueueName"}}]) in alarmed, queue
+    assert json.dumps([{"Name": "FunctionName", "Value": {"Ref": "NotifierFunction"}}]) in alarmed
