@@ -19,7 +19,7 @@ coupon: stack build ## Create (preheat) the demo coupon from infra/demo-coupon.j
 	@$(ENV) target/debug/couponctl create infra/demo-coupon.json
 
 build: ## Build the functions and couponctl (debug)
-	@cargo build -q -p grab -p issuer -p reconciler -p wallet -p admin -p couponctl
+	@cargo build -q -p grab -p issuer -p reconciler -p wallet -p admin -p notifier -p couponctl
 
 demo: setup build ## The main job: a whole flash sale locally, with a report
 	@bash infra/stop.sh >/dev/null; bash infra/start.sh >/dev/null

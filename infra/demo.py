@@ -11,12 +11,18 @@
    (`PUT /redemptions/{orderId}`), some orders twice (a retry) and some
    coupons by two orders at once, and gives a share back
    (`POST /redemptions/{orderId}/return`).
-6. Checks the outcome against DynamoDB itself and writes the report to
+6. Tells the users: the user-coupons change stream goes through the
+   notifier (infra/pump.py reads it as Lambda would) to the event bus; a
+   rule takes every event to a local tap queue, another the winners'
+   `CouponIssued` to the push service's queue.
+7. Checks the outcome against DynamoDB itself and writes the report to
    target/demo/report.json: requests, winners, issued, stock, oversell,
-   duplicates, lost, redeemed, returned, double spends, latency
+   duplicates, lost, redeemed, returned, double spends, notifications (one
+   per transition, repeats dropped by event id), pushed, latency
    percentiles, throughput.
 
-Exits non-zero if anything was oversold, duplicated, lost or spent twice.
+Exits non-zero if anything was oversold, duplicated, lost or spent twice,
+or a transition was not told exactly once.
 """
 import argparse
 import collections
@@ -154,10 +160,11 @@ def orders(coupon_id, held, rng, concurrency):
         for grant, order, answers in pool.map(lambda w: redeem(*w), work):
             for a in answers:
                 codes[a.get("code")] += 1
-            if answers[0].get("code") == "SUCCESS":
+            if any(a.get("code") == "SUCCESS" for a in answers):
                 spent[grant].add(order)
     returned = 0
-    for grant, orders_told in list(spent.items())[: len(spent) // 4]:
+    giving_back = list(spent.items())[: len(spent) // 4]
+    for grant, orders_told in giving_back:
         order = next(iter(orders_told))
         user = next(u for u, g in chosen if g == grant)
         if order_call("POST", f"/redemptions/{order}/return", {"userId": user, "grantId": grant}).get("code") == "SUCCESS":
@@ -165,9 +172,41 @@ def orders(coupon_id, held, rng, concurrency):
     return {
         "redeemed": len(spent),
         "returned": returned,
+        "returns_refused": len(giving_back) - returned,
         "double_spends": sum(1 for o in spent.values() if len(o) > 1),
         "order_answers": dict(codes),
     }
+
+
+def notifications(coupon_id):
+    """What consumers of the bus received for this coupon: every event (the
+    demo's tap rule takes them all) by its stable id, with repeats dropped
+    as a consumer must, and the winners' events the push service's rule
+    delivered."""
+    sqs = boto3.client("sqs", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name=os.environ.get("AWS_REGION", "us-east-1"))
+
+    def read(url):
+        bodies = []
+        while True:
+            out = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
+            messages = out.get("Messages", [])
+            if not messages:
+                return bodies
+            for m in messages:
+                bodies.append(json.loads(m["Body"]))
+            sqs.delete_message_batch(
+                QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
+            )
+
+    events, repeats = {}, 0
+    for e in read(os.environ["EVENT_TAP_QUEUE_URL"]):
+        if e["detail"]["couponId"] != coupon_id:
+            continue
+        if e["detail"]["eventId"] in events:
+            repeats += 1
+        events[e["detail"]["eventId"]] = e["detail-type"]
+    pushed = {e["detail"]["eventId"] for e in read(os.environ["PUSH_QUEUE_URL"]) if e["detail"]["couponId"] == coupon_id}
+    return {"events": events, "repeats": repeats, "pushed": len(pushed)}
 
 
 def presses(args):
@@ -243,11 +282,12 @@ def main():
 
         # Issuance runs during the sale, as the SQS event source mapping does.
         pump = pumpmod.Pump()
+        stream = pumpmod.StreamPump()
         stop = threading.Event()
 
         def pump_while_selling():
             while not stop.is_set():
-                if not pump.once():
+                if not (pump.once() + stream.once()):
                     time.sleep(0.05)
 
         pumping = threading.Thread(target=pump_while_selling, daemon=True)
@@ -286,6 +326,10 @@ def main():
         held = [(i["user_id"]["S"], i["grant_id"]["S"]) for i in ledger(coupon_id)[0]]
         spending = orders(coupon_id, held, random.Random(args.seed), args.concurrency)
 
+        print("  telling the users: the change stream through the notifier to the event bus ...")
+        stream.drain()
+        told = notifications(coupon_id)
+
         items, rejected = ledger(coupon_id)
         used_now = sum(1 for i in items if i.get("status", {}).get("S") == "USED")
         issued_ids = [i["grant_id"]["S"] for i in items]
@@ -322,6 +366,12 @@ def main():
             "redeemed": spending["redeemed"],
             "returned": spending["returned"],
             "double_spends": spending["double_spends"],
+            "returns_refused": spending["returns_refused"],
+            "notifications": len(told["events"]),
+            "notifications_by_type": dict(collections.Counter(told["events"].values())),
+            "notification_repeats": told["repeats"],
+            "pushed": told["pushed"],
+            "notifier_gave_up": stream.given_up,
             "used_in_dynamodb": used_now,
             "order_answers": spending["order_answers"],
             "reconcile": figures,
@@ -333,7 +383,7 @@ def main():
 
         print()
         for key in ["requests", "winners", "issued", "stock", "oversell", "duplicates", "lost",
-                    "redeemed", "returned", "double_spends", "used_in_dynamodb",
+                    "redeemed", "returned", "double_spends", "used_in_dynamodb", "notifications", "pushed",
                     "p50_ms", "p99_ms", "throughput_rps", "startup_seconds", "grab_seconds", "drain_seconds"]:
             print(f"  {key:<18}{report[key]}")
         print(f"  {'stock equation':<18}drift {figures.get('drift')} "
@@ -342,8 +392,12 @@ def main():
         print(f"\n  report: {out.relative_to(ROOT)}")
         ok = report["oversell"] == 0 and duplicates == 0 and lost == 0 and figures.get("drift") == 0
         ok = ok and report["winners"] == min(args.stock, args.users)
-        ok = ok and spending["double_spends"] == 0 and used_now == spending["redeemed"] - spending["returned"]
-        print("  OK: exactly the stock, once each, nothing lost, no coupon spent twice" if ok
+        ok = ok and spending["double_spends"] == 0 and spending["returns_refused"] == 0 and used_now == spending["redeemed"] - spending["returned"]
+        # Every transition told exactly once (after dropping repeats by id),
+        # and every winner's news reached the push service.
+        transitions = issued + spending["redeemed"] + spending["returned"]
+        ok = ok and report["notifications"] == transitions and report["pushed"] == issued
+        print("  OK: exactly the stock, once each, nothing lost, no coupon spent twice, every change told" if ok
               else "  FAILED: see the report")
         return 0 if ok else 1
     finally:

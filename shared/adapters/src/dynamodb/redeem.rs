@@ -100,7 +100,9 @@ impl Redemptions for DynamoRedemptions {
     ) -> Result<Written, StoreError> {
         let call = self
             .update(user, coupon)
-            .update_expression("SET #st = :unused REMOVE order_id, used_at_ms ADD returned_by :orders")
+            .update_expression(
+                "SET #st = :unused, returned_at_ms = :now REMOVE order_id, used_at_ms ADD returned_by :orders",
+            )
             .condition_expression("grant_id = :grant AND #st = :used AND order_id = :order")
             .expression_attribute_values(":used", s("USED"))
             .expression_attribute_values(":unused", s("UNUSED"))
