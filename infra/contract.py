@@ -68,7 +68,12 @@ def ready(function):
 
 
 EMULATOR_500 = b'"type":"https://httpstatuses.com/500"'
-MAX_EMULATOR_RETRIES = 5
+# A budget for the serving layer's own failures, each retried once and then
+# checked like any answer: at most 0.2% of the requests (and never fewer
+# than 5). Seen: 0 to 4 in ~5,000 requests; a broken emulator or function
+# wiring fails far more, and fails the run.
+MAX_EMULATOR_RETRY_SHARE = 0.002
+MIN_EMULATOR_RETRY_BUDGET = 5
 # Far above what a function needs (its AWS calls give up after 5 s); the
 # schemathesis timeout below leaves room for one retry.
 FORWARD_TIMEOUT_S = 20
@@ -84,10 +89,11 @@ class Retry(http.server.BaseHTTPRequestHandler):
     functions bound every call they make (DDB_TIMEOUT_MS, the Redis
     timeouts), so no answer after FORWARD_TIMEOUT_S is the serving layer's,
     and it is retried once on a new connection and counted the same way.
-    More than MAX_EMULATOR_RETRIES fails the run, and any 5xx the functions
+    More than the budget (below) fails the run, and any 5xx the functions
     write reaches schemathesis."""
 
     protocol_version = "HTTP/1.1"
+    forwarded = 0
     retried = []
     sample = None  # the first such body, printed for diagnosis
 
@@ -109,6 +115,7 @@ class Retry(http.server.BaseHTTPRequestHandler):
     def _handle(self):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
+        Retry.forwarded += 1
         status, headers, data = self._forward(self.command, body)
         if status is None or (status == 500 and EMULATOR_500 in data):
             Retry.retried.append(f"{self.command} {self.path}")
@@ -304,10 +311,14 @@ def main():
         for p in (proc, moto):
             if p is not None:
                 os.killpg(p.pid, signal.SIGTERM)
+    budget = max(MIN_EMULATOR_RETRY_BUDGET, int(Retry.forwarded * MAX_EMULATOR_RETRY_SHARE))
     if Retry.retried:
-        print(f"emulator 500s and timeouts retried once ({len(Retry.retried)}): {Retry.retried}")
+        print(
+            f"emulator 500s and timeouts retried once ({len(Retry.retried)} of {Retry.forwarded} requests, "
+            f"budget {budget}): {Retry.retried}"
+        )
         print(f"the first one answered: {Retry.sample!r}")
-    if len(Retry.retried) > MAX_EMULATOR_RETRIES:
+    if len(Retry.retried) > budget:
         failed.append(f"{len(Retry.retried)} emulator 500s or timeouts")
     if failed:
         sys.exit(f"contract violations in: {', '.join(failed)}")

@@ -54,7 +54,7 @@ pub async fn finish_borrow(
             TakeReply::Empty => {}
             TakeReply::Missing => {
                 warn!(donor, "stock shard has no state; skipped (the reconciler rebuilds it)");
-                metrics.count("ShardMissing", None, 1);
+                metrics.count(crate::metrics::Metric::ShardMissing, None, 1);
                 missing += 1;
             }
         }

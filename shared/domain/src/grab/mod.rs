@@ -39,7 +39,7 @@ use crate::clock::Clock;
 use crate::error::{PublishError, StoreError};
 use crate::grant::GrantRecord;
 use crate::ids::{ClientIp, CouponId, RequestId, UserId};
-use crate::metrics::Metrics;
+use crate::metrics::{Metric, Metrics};
 use crate::outcome::{GrabOutcome, Rejection};
 
 mod borrow;
@@ -171,7 +171,7 @@ impl GrabService {
             Ok(GrabOutcome::Rejected { reason, .. }) => rejection_metric(reason),
             Err(_) => "UNAVAILABLE",
         };
-        self.metrics.count("GrabOutcome", Some(("Outcome", code)), 1);
+        self.metrics.count(Metric::GrabOutcome, Some(code), 1);
         outcome
     }
 
@@ -325,7 +325,7 @@ impl GrabService {
                     shard,
                     "win not acknowledged by a replica in time; the caller hears BUSY and retries"
                 );
-                self.metrics.count("GrantNotReplicated", None, 1);
+                self.metrics.count(Metric::GrantNotReplicated, None, 1);
                 return Err(GrabError::NotReplicated);
             }
         }
@@ -333,7 +333,7 @@ impl GrabService {
         if let Err(e) = self.publisher.publish(&grant).await {
             warn!(grant = %grant.grant_id, error = %e, source = ?std::error::Error::source(&e),
                 "grant not queued; the caller hears BUSY and retries, the outbox keeps it");
-            self.metrics.count("GrantQueueFailed", None, 1);
+            self.metrics.count(Metric::GrantQueueFailed, None, 1);
             return Err(GrabError::NotQueued(e));
         }
         Ok(GrabOutcome::Won {
@@ -351,7 +351,7 @@ impl GrabService {
             // The hold expires with its day; until then the user or IP is
             // over-counted by one, never under-counted.
             warn!(error = %e, "risk hold not released");
-            self.metrics.count("RiskReleaseFailed", None, 1);
+            self.metrics.count(Metric::RiskReleaseFailed, None, 1);
         }
     }
 
@@ -395,14 +395,14 @@ impl GrabService {
     /// A coupon that exists has no Redis state (a flush, a node replaced):
     /// count it and ask for its rebuild now, once per window per instance.
     async fn state_lost(&self, coupon: &CouponId, now_ms: i64) {
-        self.metrics.count("ShardMissing", None, 1);
+        self.metrics.count(Metric::ShardMissing, None, 1);
         if !self.repair_asked.first_in_window(coupon, now_ms) {
             return;
         }
         if let Err(e) = self.repairs.request_repair(coupon, now_ms).await {
             // The scheduled pass repairs it anyway, a minute later at most.
             warn!(error = %e, "repair request not sent");
-            self.metrics.count("RepairRequestFailed", None, 1);
+            self.metrics.count(Metric::RepairRequestFailed, None, 1);
         }
     }
 }

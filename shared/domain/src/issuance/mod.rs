@@ -18,7 +18,7 @@ use crate::coupon::CouponDefinition;
 use crate::error::{BoxError, StoreError};
 use crate::grant::Grant;
 use crate::ids::{CouponId, UserId};
-use crate::metrics::Metrics;
+use crate::metrics::{Metric, Metrics};
 
 pub mod ports;
 pub use ports::IssueLedger;
@@ -259,7 +259,7 @@ impl IssuerService {
         for ((coupon, shard), seq) in marks {
             if let Err(e) = self.ledger.raise_high_water(&coupon, shard, seq).await {
                 warn!(coupon = %coupon, shard, error = %e, "high-water mark not recorded; the batch's grants come back");
-                self.metrics.count("HighWaterFailed", None, 1);
+                self.metrics.count(Metric::HighWaterFailed, None, 1);
                 failed.push((coupon, shard));
             }
         }
@@ -282,11 +282,11 @@ impl IssuerService {
             .await
             .map_err(IssueFailure::Transient)?;
         let name = match outcome {
-            IssueOutcome::Issued => "CouponIssued",
-            IssueOutcome::Duplicate => "DuplicateDelivery",
+            IssueOutcome::Issued => Metric::CouponIssued,
+            IssueOutcome::Duplicate => Metric::DuplicateDelivery,
             IssueOutcome::Rejected(reason) => {
                 warn!(reason = reason.as_str(), "grant rejected by the durable ledger");
-                "GrantRejected"
+                Metric::GrantRejected
             }
         };
         self.metrics.count(name, None, 1);

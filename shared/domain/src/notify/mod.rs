@@ -45,7 +45,7 @@ use tracing::{instrument, warn};
 use crate::error::StoreError;
 use crate::ids::{CouponId, OrderId, UserId};
 use crate::issuance::{CouponState, UserCoupon};
-use crate::metrics::Metrics;
+use crate::metrics::{Metric, Metrics};
 pub use ports::EventBus;
 
 /// What happened to a coupon, as consumers subscribe to it.
@@ -269,11 +269,11 @@ impl NotifierService {
                         events.push(event);
                         sources.push((at, record.id));
                     }
-                    None => self.metrics.count("NotifierSkipped", None, 1),
+                    None => self.metrics.count(Metric::NotifierSkipped, None, 1),
                 },
                 Err(why) => {
                     warn!(record = %record.id, %why, "a stream record the notifier cannot read");
-                    self.metrics.count("NotifierUnreadable", None, 1);
+                    self.metrics.count(Metric::NotifierUnreadable, None, 1);
                     failed.push((at, record.id));
                 }
             }
@@ -287,10 +287,10 @@ impl NotifierService {
             match result {
                 Ok(()) => self
                     .metrics
-                    .count("CouponEvents", Some(("Type", event.transition.detail_type())), 1),
+                    .count(Metric::CouponEvents, Some(event.transition.detail_type()), 1),
                 Err(e) => {
                     warn!(record = %source.1, event = %event.event_id, error = %e, source = ?std::error::Error::source(&e), "event not published; the stream delivers it again");
-                    self.metrics.count("NotifierFailures", None, 1);
+                    self.metrics.count(Metric::NotifierFailures, None, 1);
                     failed.push(source);
                 }
             }

@@ -45,7 +45,7 @@ use crate::grab::ports::{BorrowEnd, Claim, Recorded, StockLedger};
 use crate::grab::{finish_borrow, home_shard};
 use crate::grant::Grant;
 use crate::ids::{CouponId, UserId};
-use crate::metrics::Metrics;
+use crate::metrics::{Metric, Metrics};
 
 mod figures;
 pub mod ports;
@@ -151,11 +151,11 @@ impl Reconciler {
             Err(e) => report.errors.push(format!("dead-letter queue: {e}")),
         }
         if let Some(depth) = report.dlq_depth {
-            self.ports.metrics.count("DlqDepth", None, depth);
+            self.ports.metrics.count(Metric::DlqDepth, None, depth);
         }
         // One figure over all coupons, for the drift alarm.
         let drift: u64 = report.coupons.iter().map(|c| c.drift.unsigned_abs()).sum();
-        self.ports.metrics.count("ReconcileDriftTotal", None, drift);
+        self.ports.metrics.count(Metric::ReconcileDriftTotal, None, drift);
         info!(coupons = report.coupons.len(), clean = report.is_clean(), "reconciled");
         Ok(report)
     }
@@ -214,17 +214,15 @@ impl Reconciler {
     }
 
     fn publish(&self, r: &CouponReport) {
-        let dim = Some(("Coupon", r.coupon_id.as_str()));
-        self.ports.metrics.count("ReconcileDrift", dim, r.drift.unsigned_abs());
-        self.ports.metrics.count("GrantsPending", dim, r.pending);
-        self.ports.metrics.count("GrantsRedriven", dim, r.redriven);
-        self.ports.metrics.count("GrantsRejected", dim, r.rejected);
-        self.ports
-            .metrics
-            .count("ShardsRebuilt", dim, u64::from(r.shards_rebuilt));
-        self.ports
-            .metrics
-            .count("ShardsRolledBack", dim, u64::from(r.shards_rolled_back));
+        let dim = Some(r.coupon_id.as_str());
+        let m = &self.ports.metrics;
+        m.count(Metric::ReconcileDrift, dim, r.drift.unsigned_abs());
+        m.count(Metric::GrantsPending, dim, r.pending);
+        m.count(Metric::GrantsRedriven, dim, r.redriven);
+        m.count(Metric::GrantsRejected, dim, r.rejected);
+        m.count(Metric::ShardsRebuilt, dim, u64::from(r.shards_rebuilt));
+        m.count(Metric::ShardsRolledBack, dim, u64::from(r.shards_rolled_back));
+        m.count(Metric::StockRemaining, dim, u64::try_from(r.remaining).unwrap_or(0));
     }
 
     /// One pass over one coupon.

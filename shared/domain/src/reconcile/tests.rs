@@ -19,6 +19,7 @@ struct World {
     facts: Arc<MemoryFacts>,
     shards: Arc<MemoryShards>,
     queue: Arc<FakeRedrive>,
+    metrics: Arc<RecordingMetrics>,
     reconciler: Reconciler,
 }
 
@@ -26,6 +27,7 @@ fn world() -> World {
     let facts = Arc::new(MemoryFacts::default());
     let shards = Arc::new(MemoryShards::default());
     let queue = Arc::new(FakeRedrive::default());
+    let metrics = Arc::new(RecordingMetrics::default());
     let reconciler = Reconciler::new(
         ReconcilePorts {
             facts: facts.clone(),
@@ -36,7 +38,7 @@ fn world() -> World {
             flags: shards.clone(),
             live: shards.clone(),
             clock: Arc::new(ManualClock::new(NOW)),
-            metrics: Arc::new(RecordingMetrics::default()),
+            metrics: metrics.clone(),
         },
         ReconcileSettings {
             grace_ms: GRACE,
@@ -48,6 +50,7 @@ fn world() -> World {
         facts,
         shards,
         queue,
+        metrics,
         reconciler,
     }
 }
@@ -185,6 +188,9 @@ async fn a_run_visits_live_coupons_and_skips_those_past_retention() {
     assert_eq!(report.coupons.len(), 1);
     assert!(find(&report, &live.coupon_id).is_some());
     assert!(report.is_clean());
+    // The dashboard's remaining stock, per live coupon, every run.
+    assert_eq!(w.metrics.total_for("StockRemaining", "c1"), 1);
+    assert_eq!(w.metrics.total_for("StockRemaining", "old"), 0);
 }
 
 /// A grab that takes a unit after the pass has read the outboxes: reading

@@ -189,7 +189,7 @@ impl GrantPublisher for CountingQueue {
 pub struct Silent;
 
 impl Metrics for Silent {
-    fn count(&self, _: &'static str, _: Option<(&'static str, &str)>, _: u64) {}
+    fn count(&self, _: crate::metrics::Metric, _: Option<&str>, _: u64) {}
 }
 
 /// The durable catalogue: the coupons created, with their shard counts,
