@@ -61,6 +61,7 @@ import boto3
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import pump as pumpmod  # noqa: E402
+import report as reportmod  # noqa: E402
 from faults import LambdaHost, RedisPair, SqsFaults, env_file  # noqa: E402
 from localenv import port  # noqa: E402
 
@@ -527,7 +528,9 @@ def main():
         if not ok:
             failed.append(name)
         print(f"  {name:<24}" + "".join(f"{str(r[c]):>24}" for c in cols) + ("" if ok else "   <- FAILED"))
-    print(f"\n  report: {out.relative_to(ROOT)}")
+    page = out.with_suffix(".html")
+    page.write_text(reportmod.render_chaos(results, not failed), encoding="utf-8")
+    print(f"\n  report: {out.relative_to(ROOT)}, charts: {page.relative_to(ROOT)}")
     if failed:
         print(f"  FAILED: {', '.join(failed)}")
         return 1

@@ -19,7 +19,8 @@
    target/demo/report.json: requests, winners, issued, stock, oversell,
    duplicates, lost, redeemed, returned, double spends, notifications (one
    per transition, repeats dropped by event id), pushed, latency
-   percentiles, throughput.
+   percentiles, throughput; and target/demo/report.html, the same as
+   charts over time (infra/report.py).
 
 Exits non-zero if anything was oversold, duplicated, lost or spent twice,
 or a transition was not told exactly once.
@@ -42,6 +43,7 @@ import boto3
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import pump as pumpmod  # noqa: E402
+import report as reportmod  # noqa: E402
 from localenv import port  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -178,6 +180,37 @@ def orders(coupon_id, held, rng, concurrency):
     }
 
 
+class Sampler(threading.Thread):
+    """The coupon's live figures (remaining, issued, pending) every half
+    second through the admin API, for the report's charts."""
+
+    def __init__(self, coupon_id, started):
+        super().__init__(daemon=True)
+        self.coupon_id, self.started = coupon_id, started
+        self.samples = []
+        self.stop = threading.Event()
+
+    def sample(self):
+        answer = admin_get(f"/admin/coupons/{self.coupon_id}")
+        f = (answer.get("data") or {}).get("figures")
+        if f:
+            self.samples.append((time.perf_counter() - self.started, f["remaining"], f["issued"], f["pending"]))
+
+    def run(self):
+        while not self.stop.wait(0.5):
+            self.sample()
+
+
+def admin_get(path):
+    """An operator's read (locally the admin function's explicit local identity)."""
+    try:
+        c = http.client.HTTPConnection(HOST, PORT, timeout=30)
+        c.request("GET", f"/lambda-url/admin{path}", headers={"x-admin-actor": "demo-report"})
+        return json.loads(c.getresponse().read() or b"{}")
+    except (OSError, http.client.HTTPException, json.JSONDecodeError):
+        return {}
+
+
 def notifications(coupon_id):
     """What consumers of the bus received for this coupon: every event (the
     demo's tap rule takes them all) by its stable id, with repeats dropped
@@ -260,6 +293,13 @@ def ledger(coupon_id):
     return items, rejected
 
 
+SUMMARY_KEYS = [
+    "requests", "winners", "issued", "stock", "oversell", "duplicates", "lost", "rejected",
+    "redeemed", "returned", "double_spends", "used_in_dynamodb", "notifications", "pushed",
+    "p50_ms", "p90_ms", "p99_ms", "max_ms", "throughput_rps", "grab_seconds", "drain_seconds",
+]
+
+
 def main():
     parser = argparse.ArgumentParser(description="Run a whole flash sale locally.")
     parser.add_argument("--users", type=int, default=4000)
@@ -294,11 +334,15 @@ def main():
         pumping.start()
 
         results = []
+        timeline = []  # (seconds since the start, code, latency ms)
         started = time.perf_counter()
+        sampler = Sampler(coupon_id, started)
+        sampler.start()
         with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
             futures = [pool.submit(grab, coupon_id, u, r, ip) for u, r, ip in work]
             for n, f in enumerate(concurrent.futures.as_completed(futures), 1):
                 results.append(f.result())
+                timeline.append((time.perf_counter() - started, results[-1][3].get("code"), results[-1][4]))
                 if n % 50 == 0 or n == len(futures):
                     progress(n, len(futures), started)
         elapsed = time.perf_counter() - started
@@ -317,6 +361,9 @@ def main():
         pumping.join()
         pump.drain()
         drain = time.perf_counter() - t1
+        sampler.stop.set()
+        sampler.join()
+        sampler.sample()
         t2 = time.perf_counter()
         reconcile = pumpmod.invoke("reconciler", {})
         reconcile_seconds = time.perf_counter() - t2
@@ -397,6 +444,21 @@ def main():
         # and every winner's news reached the push service.
         transitions = issued + spending["redeemed"] + spending["returned"]
         ok = ok and report["notifications"] == transitions and report["pushed"] == issued
+        page = reportmod.write(
+            ROOT / "target" / "demo" / "report.html",
+            {k: report[k] for k in SUMMARY_KEYS if k in report},
+            reportmod.timeline(timeline, sampler.samples),
+            {
+                "total": args.stock,
+                "remaining": figures.get("remaining", 0),
+                "issued": figures.get("issued", 0),
+                "pending": figures.get("pending", 0),
+                "rejected": figures.get("rejected", 0),
+            },
+            ok,
+            title=f"Flash sale {coupon_id}: {args.users} users, {args.stock} coupons, {args.shards} shards",
+        )
+        print(f"  charts: {page.relative_to(ROOT)}")
         print("  OK: exactly the stock, once each, nothing lost, no coupon spent twice, every change told" if ok
               else "  FAILED: see the report")
         return 0 if ok else 1

