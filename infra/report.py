@@ -9,8 +9,9 @@ and a few lines of script draw them as SVG, so the report opens anywhere,
 offline, years later. `infra/tests/test_report.py` opens one in headless
 Chromium and checks that every chart is drawn.
 
-    from report import timeline, write
-    write(path, summary, timeline(presses, samples), equation)
+    from report import render_chaos, timeline, write
+    write(path, summary, timeline(presses, samples), equation, ok)
+    path.write_text(render_chaos(results, ok))
 """
 import html
 import json
