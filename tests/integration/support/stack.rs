@@ -101,7 +101,17 @@ impl Stack {
 
     /// Every grant on `queue_url`, received and deleted.
     pub async fn drain(&self, queue_url: &str) -> Vec<Grant> {
-        let mut grants = Vec::new();
+        self.drain_bodies(queue_url)
+            .await
+            .iter()
+            .map(|body| serde_json::from_str(body).expect("grant json"))
+            .collect()
+    }
+
+    /// Every message body on `queue_url`, received and deleted (two empty
+    /// polls in a row end it).
+    pub async fn drain_bodies(&self, queue_url: &str) -> Vec<String> {
+        let mut bodies = Vec::new();
         let mut empty_polls = 0;
         while empty_polls < 2 {
             let out = self
@@ -120,7 +130,7 @@ impl Stack {
             }
             empty_polls = 0;
             for m in messages {
-                grants.push(serde_json::from_str(m.body().unwrap_or("")).expect("grant json"));
+                bodies.push(m.body().unwrap_or("").to_owned());
                 self.sqs
                     .delete_message()
                     .queue_url(queue_url)
@@ -130,6 +140,6 @@ impl Stack {
                     .expect("delete");
             }
         }
-        grants
+        bodies
     }
 }

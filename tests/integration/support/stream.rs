@@ -170,32 +170,11 @@ impl TestBus {
 
     /// Every event delivered to the queue so far (EventBridge envelopes).
     pub async fn delivered(&self, stack: &Stack) -> Vec<Value> {
-        let mut events = Vec::new();
-        loop {
-            let out = stack
-                .sqs
-                .receive_message()
-                .queue_url(&self.queue_url)
-                .max_number_of_messages(10)
-                .wait_time_seconds(0)
-                .send()
-                .await
-                .expect("receive");
-            let messages = out.messages.unwrap_or_default();
-            if messages.is_empty() {
-                return events;
-            }
-            for m in messages {
-                events.push(serde_json::from_str(m.body().unwrap_or("")).expect("event json"));
-                stack
-                    .sqs
-                    .delete_message()
-                    .queue_url(&self.queue_url)
-                    .receipt_handle(m.receipt_handle().unwrap_or(""))
-                    .send()
-                    .await
-                    .expect("delete");
-            }
-        }
+        stack
+            .drain_bodies(&self.queue_url)
+            .await
+            .iter()
+            .map(|body| serde_json::from_str(body).expect("event json"))
+            .collect()
     }
 }
