@@ -1,19 +1,31 @@
--- The grab decision on the user's home shard, in one atomic step.
+-- The grab decision on the user's home shard, in one atomic step, run in
+-- one of three steps (ARGV[6]):
+--   'admit'   decides every refusal the shard can decide (window, level,
+--             per-user limit, a certain sell-out, the rate limit) and takes
+--             the admission token of the rate limit; reserves nothing.
+--             Returns {'ADMITTED'} when the press may go on to the risk
+--             reservation. Most presses of a flash sale end here.
+--   'commit'  after the risk reservation: the same checks again (the state
+--             may have moved meanwhile) except the rate limit, whose token
+--             the admission took, then the claim itself.
+--   'whole'   both in one call, when there is no risk reservation to make.
 -- KEYS: 1 meta, 2 users, 3 req, 4 outbox, 5 borrowing
--- ARGV: 1 user id, 2 member level, 3 request id, 4 now (ms), 5 outcome ttl (ms)
+-- ARGV: 1 user id, 2 member level, 3 request id, 4 now (ms), 5 outcome ttl
+--       (ms), 6 step
 -- Returns {kind, detail}:
 --   {'REPLAY', record}      the request id was seen: its stored record
 --   {'WIN', record}         a unit of this shard's stock was granted
 --   {'BORROW', record}      home shard empty, a claim is reserved: try donors
+--   {'ADMITTED'}            (admit only) nothing refuses the press here
 --   {'NOT_FOUND'} {'OFFLINE'} {'NOT_STARTED', startMs} {'ENDED'}
 --   {'NOT_ELIGIBLE', minLevel} {'ALREADY_CLAIMED'} {'SOLD_OUT'}
 --   {'RATE_LIMITED', retryAfterMs}
--- Only the first three change state; rejections store nothing, so a retry
+-- Only WIN and BORROW store a record; rejections store nothing, so a retry
 -- after a rejection is decided afresh (as Stripe does for requests that
 -- never began executing).
 local meta, users, req, outbox, borrowing = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local user, level, request_id = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local now, ttl = tonumber(ARGV[4]), ARGV[5]
+local now, ttl, step = tonumber(ARGV[4]), ARGV[5], ARGV[6]
 
 local prior = redis.call('GET', req)
 if prior then return {'REPLAY', prior} end
@@ -38,9 +50,10 @@ if stock <= 0 and (tonumber(m[11]) <= 1 or m[12] == m[13]) then
   return {'SOLD_OUT'}
 end
 
--- Per-shard token bucket; a rate of 0 turns it off.
+-- Per-shard token bucket; a rate of 0 turns it off. The admission takes
+-- the token, so a commit does not take a second one.
 local rate = tonumber(m[6])
-if rate > 0 then
+if rate > 0 and step ~= 'commit' then
   local burst = tonumber(m[7])
   local tokens = tonumber(m[8]) or burst
   local last = tonumber(m[9]) or now
@@ -53,6 +66,7 @@ if rate > 0 then
   end
   redis.call('HSET', meta, 'tokens', tostring(tokens - 1), 'bucket_ms', last)
 end
+if step == 'admit' then return {'ADMITTED'} end
 
 local ordinal = claimed + 1
 redis.call('HINCRBY', users, user, 1)

@@ -1,22 +1,34 @@
 //! A counting TCP proxy in front of Redis: forwards bytes both ways and
-//! counts the commands clients send (top-level RESP arrays), so "Redis
-//! round trips per grab" is counted at the wire rather than estimated.
-//! (The server's own statistics also count the commands scripts run.)
+//! counts the commands clients send (top-level RESP arrays) and the round
+//! trips (a send after an answer), so "Redis round trips per grab" is
+//! counted at the wire rather than estimated. (The server's own statistics
+//! also count the commands scripts run.)
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// Commands seen so far.
+/// What crossed the proxy so far.
 #[derive(Clone, Default)]
-pub struct Commands(Arc<AtomicU64>);
+pub struct Wire {
+    commands: Arc<AtomicU64>,
+    exchanges: Arc<AtomicU64>,
+}
 
-impl Commands {
-    /// The count.
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+impl Wire {
+    /// Commands clients sent.
+    pub fn commands(&self) -> u64 {
+        self.commands.load(Ordering::Relaxed)
+    }
+
+    /// Round trips: sends that began after the server had answered
+    /// (commands written together before any answer, such as the two risk
+    /// scripts of a press, are one round trip). Exact for one caller per
+    /// connection pressing one request at a time.
+    pub fn round_trips(&self) -> u64 {
+        self.exchanges.load(Ordering::Relaxed)
     }
 }
 
@@ -62,12 +74,12 @@ fn complete_commands(buf: &[u8]) -> (u64, usize) {
 }
 
 /// Listens on a free loopback port and proxies every connection to
-/// `upstream` (`host:port`). Returns the port and the counter.
-pub async fn start(upstream: String) -> (u16, Commands) {
+/// `upstream` (`host:port`). Returns the port and the counters.
+pub async fn start(upstream: String) -> (u16, Wire) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
     let port = listener.local_addr().expect("addr").port();
-    let commands = Commands::default();
-    let counter = commands.clone();
+    let wire = Wire::default();
+    let counter = wire.clone();
     tokio::spawn(async move {
         while let Ok((client, _)) = listener.accept().await {
             let upstream = upstream.clone();
@@ -80,8 +92,21 @@ pub async fn start(upstream: String) -> (u16, Commands) {
                 let _ = server.set_nodelay(true);
                 let (mut cr, mut cw) = client.into_split();
                 let (mut sr, mut sw) = server.into_split();
+                // Set when the server has answered since the client last sent.
+                let answered = Arc::new(AtomicBool::new(true));
+                let heard = answered.clone();
                 tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                    let mut chunk = vec![0u8; 16 * 1024];
+                    loop {
+                        let n = match sr.read(&mut chunk).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        heard.store(true, Ordering::Relaxed);
+                        if cw.write_all(&chunk[..n]).await.is_err() {
+                            break;
+                        }
+                    }
                 });
                 let mut pending: Vec<u8> = Vec::new();
                 let mut chunk = vec![0u8; 16 * 1024];
@@ -90,18 +115,21 @@ pub async fn start(upstream: String) -> (u16, Commands) {
                         Ok(0) | Err(_) => break,
                         Ok(n) => n,
                     };
+                    if answered.swap(false, Ordering::Relaxed) {
+                        counter.exchanges.fetch_add(1, Ordering::Relaxed);
+                    }
                     if sw.write_all(&chunk[..n]).await.is_err() {
                         break;
                     }
                     pending.extend_from_slice(&chunk[..n]);
                     let (count, used) = complete_commands(&pending);
-                    counter.0.fetch_add(count, Ordering::Relaxed);
+                    counter.commands.fetch_add(count, Ordering::Relaxed);
                     pending.drain(..used);
                 }
             });
         }
     });
-    (port, commands)
+    (port, wire)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 mod support;
 
 mod admin;
+mod admission;
 mod bad_input;
 mod bodies;
 mod cluster;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use coupon_domain::clock::Clock;
 use coupon_domain::coupon::CouponDefinition;
 use coupon_domain::grab::home_shard;
-use coupon_domain::grab::ports::{BorrowEnd, Claim, ClaimReply, StockLedger};
+use coupon_domain::grab::ports::{BorrowEnd, Claim, ClaimReply, ClaimStep, StockLedger};
 use coupon_domain::ids::{CouponId, RequestId, UserId};
 use coupon_domain::reconcile::ports::DurableFacts;
 use futures::stream::{self, StreamExt};
@@ -85,7 +85,7 @@ async fn a_grant_whose_lambda_died_after_the_lua_call_is_re_driven() {
         now_ms: h.clock.now_ms(),
     };
     assert!(matches!(
-        h.stock_ledger().claim(&claim).await.unwrap(),
+        h.stock_ledger().claim(&claim, ClaimStep::Whole).await.unwrap(),
         ClaimReply::Won(_)
     ));
     assert_eq!(h.receive().await.len(), 0);
@@ -161,7 +161,7 @@ async fn reserve_borrow(h: &Harness, coupon: &CouponId, user: &UserId, home: u32
         now_ms: h.clock.now_ms(),
     };
     assert!(matches!(
-        h.stock_ledger().claim(&claim).await.unwrap(),
+        h.stock_ledger().claim(&claim, ClaimStep::Whole).await.unwrap(),
         ClaimReply::Borrow { ordinal: 1 }
     ));
 }
@@ -500,7 +500,7 @@ async fn a_borrow_whose_record_expired_gives_its_claim_back_once() {
     let ledger = h.stock_ledger();
     // No borrow has failed yet, so no shard is stamped sold out: the home
     // shard reserves the claim and sends the caller borrowing.
-    let reply = ledger.claim(&claim).await.unwrap();
+    let reply = ledger.claim(&claim, ClaimStep::Whole).await.unwrap();
     assert!(matches!(reply, ClaimReply::Borrow { ordinal: 1 }), "{reply:?}");
     // The record expires (the outcome TTL passed).
     let req_key = h.redis.keys().shard(&coupon, home).request(&user, &request);

@@ -179,7 +179,7 @@ pub(crate) async fn apps(
 }
 
 /// The API Gateway event of a grab, as a template with four holes.
-fn template() -> String {
+pub(crate) fn template() -> String {
     let mut v: Value = serde_json::from_str(include_str!("../../../tests/fixtures/grab_jwt.json")).expect("fixture");
     v["requestContext"]["authorizer"]["jwt"]["claims"]["sub"] = "@USER@".into();
     v["rawPath"] = "/coupons/@COUPON@/grab".into();
@@ -243,7 +243,12 @@ pub(crate) async fn drive(apps: &[Arc<GrabApp>], coupon: &str, label: &str, run:
 
 /// A request built directly, as `lambda_http` would hand it over: the
 /// template's parsed parts, with this caller's claims, address and body.
-fn built(base: &lambda_http::http::request::Parts, coupon: &str, user: &str, request: &str) -> lambda_http::Request {
+pub(crate) fn built(
+    base: &lambda_http::http::request::Parts,
+    coupon: &str,
+    user: &str,
+    request: &str,
+) -> lambda_http::Request {
     use lambda_http::request::RequestContext;
     let mut req = lambda_http::http::Request::builder()
         .method(base.method.clone())
@@ -271,6 +276,31 @@ pub(crate) async fn drive_fed(
     limit: u64,
     feed: Feed,
 ) -> Drive {
+    drive_as(apps, coupon, label, run, limit, feed, None).await
+}
+
+/// [`drive_fed`] with each caller's users taken in turn from `cycle` of
+/// them (`None`: a fresh user per request), every request with its own id:
+/// users who press again, as those already holding the coupon do.
+pub(crate) async fn drive_as(
+    apps: &[Arc<GrabApp>],
+    coupon: &str,
+    label: &str,
+    run: Duration,
+    limit: u64,
+    feed: Feed,
+    cycle: Option<u64>,
+) -> Drive {
+    // Cycling users are the same in every run (they hold the coupon from
+    // an earlier one), so their request ids carry the run's label.
+    let user = move |t: usize, i: u64| match cycle {
+        Some(n) => format!("held-{t}-{}", i % n),
+        None => format!("{label}-{t}-{i}"),
+    };
+    let request = move |i: u64| match cycle {
+        Some(_) => format!("{label}-{i}"),
+        None => format!("r{i}"),
+    };
     let tpl = Arc::new(template());
     let (parts, _) = lambda_http::request::from_str(&tpl).expect("template").into_parts();
     let made = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -282,7 +312,7 @@ pub(crate) async fn drive_fed(
         pools.push(match feed {
             Feed::Requests => (1..=per_task)
                 .rev()
-                .map(|i| built(&parts, coupon, &format!("{label}-{t}-{i}"), &format!("r{i}")))
+                .map(|i| built(&parts, coupon, &user(t, i as u64), &request(i as u64)))
                 .collect(),
             Feed::Events => Vec::new(),
         });
@@ -294,6 +324,15 @@ pub(crate) async fn drive_fed(
         let (app, tpl, made, parts) = (app.clone(), tpl.clone(), made.clone(), parts.clone());
         let coupon = coupon.to_owned();
         let label = label.to_owned();
+        let run_label = label.clone();
+        let user = move |t: usize, i: u64| match cycle {
+            Some(n) => format!("held-{t}-{}", i % n),
+            None => format!("{label}-{t}-{i}"),
+        };
+        let request = move |i: u64| match cycle {
+            Some(_) => format!("{run_label}-{i}"),
+            None => format!("r{i}"),
+        };
         tasks.push(tokio::spawn(async move {
             let mut by_status: BTreeMap<u16, u64> = BTreeMap::new();
             let mut i = 0u64;
@@ -305,7 +344,7 @@ pub(crate) async fn drive_fed(
                 i += 1;
                 let req = match feed {
                     Feed::Events => {
-                        let raw = event(&tpl, &coupon, &format!("{label}-{t}-{i}"), &format!("r{i}"), n);
+                        let raw = event(&tpl, &coupon, &user(t, i), &request(i), n);
                         lambda_http::request::from_str(&raw).expect("a valid event")
                     }
                     // A machine faster than the pool was sized for: build
@@ -313,7 +352,7 @@ pub(crate) async fn drive_fed(
                     // never a crash).
                     Feed::Requests => match pool.pop() {
                         Some(r) => r,
-                        None => built(&parts, &coupon, &format!("{label}-{t}-x{i}"), &format!("x{i}")),
+                        None => built(&parts, &coupon, &user(t, i), &format!("x{i}")),
                     },
                 };
                 let resp = grab::handle(&app, req).await.expect("infallible");

@@ -1,10 +1,16 @@
-//! Diagnostics: the grab script through redis-rs alone, without the
-//! handler, to split the handler's overhead from the client library's.
+//! Diagnostics (`BENCH_ONLY=raw`): one caller through the whole handler
+//! against the grab script through redis-rs alone, each with the client's
+//! and Redis's CPU per request, to split the handler's own cost from the
+//! client library's and the network's (docs/performance.md, "Where a
+//! round trip goes").
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use coupon_domain::testing::CountingQueue;
+
 use super::vs_redis::load_grab_script;
-use super::{coupon, now_ms, preheat, store, unique};
+use super::{apps, coupon, now_ms, preheat, store, unique, Wiring};
 use crate::{BenchEnv, Row, Table};
 
 /// Diagnostics: the grab script through redis-rs alone (no handler), one
@@ -16,6 +22,48 @@ pub async fn raw_client(env: &BenchEnv, rows: &mut Table) {
     preheat(&setup, &coupon(&id, 1_000_000_000, 1)).await;
     let tag = format!("bench:{{cpn:{id}:0}}");
     let client = redis::Client::open(env.redis_url.as_str()).expect("url");
+    let one = apps(
+        &env.redis_url,
+        false,
+        1,
+        Wiring::ScriptOnly,
+        0,
+        Arc::new(CountingQueue::default()),
+    )
+    .await;
+    let tpl = super::template();
+    let (parts, _) = lambda_http::request::from_str(&tpl).expect("template").into_parts();
+    // Two rounds of each, alternating: this machine's speed drifts.
+    for round in 0..2 {
+        let app = one[0].clone();
+        let mut reqs: Vec<_> = (0..40_000)
+            .map(|i| super::built(&parts, &id, &format!("inline{round}-{i}"), "r1"))
+            .collect();
+        let cpu = on_cpu_ns();
+        let rcpu = super::redis_cpu(&env.redis_url).await;
+        let start = Instant::now();
+        let mut n = 0u64;
+        while start.elapsed() < env.run {
+            let Some(req) = reqs.pop() else { break };
+            n += 1;
+            let resp = grab::handle(&app, req).await.expect("infallible");
+            assert_eq!(resp.status(), 200);
+        }
+        rows.push(Row {
+            name: "diagnostic: grab::handle, script only, 1 caller".into(),
+            value: n as f64 / start.elapsed().as_secs_f64(),
+            unit: "req/s",
+            note: format!(
+                "{:.1} us of client CPU, {:.1} us of Redis CPU per request",
+                (on_cpu_ns() - cpu) as f64 / 1e3 / n as f64,
+                (super::redis_cpu(&env.redis_url).await - rcpu) * 1e6 / n as f64
+            ),
+        });
+        raw_loop(env, rows, &client, &sha, &tag).await;
+    }
+}
+
+async fn raw_loop(env: &BenchEnv, rows: &mut Table, client: &redis::Client, sha: &str, tag: &str) {
     for (name, mut conn) in [
         (
             "multiplexed",
@@ -40,12 +88,14 @@ pub async fn raw_client(env: &BenchEnv, rows: &mut Table) {
             ),
         ),
     ] {
+        let cpu = on_cpu_ns();
+        let rcpu = super::redis_cpu(&env.redis_url).await;
         let start = Instant::now();
         let mut n = 0u64;
         while start.elapsed() < env.run {
             n += 1;
             let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(&sha)
+            cmd.arg(sha)
                 .arg(5)
                 .arg(format!("{tag}:meta"))
                 .arg(format!("{tag}:users"))
@@ -56,7 +106,8 @@ pub async fn raw_client(env: &BenchEnv, rows: &mut Table) {
                 .arg(0)
                 .arg(format!("r{n}"))
                 .arg(now_ms())
-                .arg(3_600_000);
+                .arg(3_600_000)
+                .arg("whole");
             let _: Vec<String> = match &mut conn {
                 RawConn::Mux(c) => cmd.query_async(c).await.expect("evalsha"),
                 RawConn::Mgr(c) => cmd.query_async(c).await.expect("evalsha"),
@@ -66,7 +117,11 @@ pub async fn raw_client(env: &BenchEnv, rows: &mut Table) {
             name: format!("diagnostic: redis-rs {name}, grab script, 1 caller"),
             value: n as f64 / start.elapsed().as_secs_f64(),
             unit: "req/s",
-            note: String::new(),
+            note: format!(
+                "{:.1} us of client CPU, {:.1} us of Redis CPU per request",
+                (on_cpu_ns() - cpu) as f64 / 1e3 / n as f64,
+                (super::redis_cpu(&env.redis_url).await - rcpu) * 1e6 / n as f64
+            ),
         });
     }
 }
@@ -74,4 +129,13 @@ pub async fn raw_client(env: &BenchEnv, rows: &mut Table) {
 enum RawConn {
     Mux(redis::aio::MultiplexedConnection),
     Mgr(redis::aio::ConnectionManager),
+}
+
+/// Nanoseconds this thread has run on a CPU (the benchmark drives every
+/// caller from this one thread), from the scheduler's own accounting.
+pub(crate) fn on_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }

@@ -36,8 +36,8 @@ pub async fn grab_vs_redis_benchmark(env: &BenchEnv, rows: &mut Table) -> Ratios
             "every decision a win: {:?}",
             parsed.by_status
         );
-        // Three alternating rounds, the median of each side: this machine's
-        // two cores are shared and noisy.
+        // Alternating rounds, the median of each side: this machine's two
+        // cores are shared and its speed drifts.
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
         for round in 0..ROUNDS {
             let handler = drive_fed(
@@ -138,6 +138,7 @@ pub(crate) fn redis_benchmark(port: u16, callers: usize, requests: u64, sha: &st
         .arg("r__rand_int__")
         .arg(now_ms().to_string())
         .arg("3600000")
+        .arg("whole")
         .output()
         .expect("redis-benchmark (apt: redis-tools)");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -153,7 +154,7 @@ pub(crate) fn redis_benchmark(port: u16, callers: usize, requests: u64, sha: &st
 }
 
 /// Alternating rounds per level; each side's figure is their median.
-pub(crate) const ROUNDS: usize = 3;
+pub(crate) const ROUNDS: usize = 5;
 
 pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));

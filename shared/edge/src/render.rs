@@ -6,8 +6,18 @@ use crate::error::{ErrorCode, Lang};
 use lambda_http::http::header::{HeaderName, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use lambda_http::http::HeaderValue;
 use lambda_http::{Body, Response};
+use serde::Serialize;
 use serde_json::{json, Value};
 use tracing::error;
+
+/// The envelope as it is written: serialized in place, with no tree built
+/// around the data.
+#[derive(Serialize)]
+struct Envelope<'a> {
+    code: &'a str,
+    message: &'a str,
+    data: &'a Value,
+}
 
 /// A response before the language is known.
 #[derive(Debug, Clone)]
@@ -72,12 +82,14 @@ impl Reply {
 
     /// Renders the response in `lang`.
     pub fn into_response(self, lang: Lang) -> Response<Body> {
-        let body = json!({
-            "code": self.code.as_str(),
-            "message": self.code.message(lang),
-            "data": self.data,
-        });
-        let mut resp = Response::new(Body::Text(body.to_string()));
+        let envelope = Envelope {
+            code: self.code.as_str(),
+            message: self.code.message(lang),
+            data: &self.data,
+        };
+        // Serializing strings and a tree of our own cannot fail.
+        let body = serde_json::to_string(&envelope).unwrap_or_default();
+        let mut resp = Response::new(Body::Text(body));
         *resp.status_mut() = lambda_http::http::StatusCode::from_u16(self.code.http_status())
             .unwrap_or(lambda_http::http::StatusCode::INTERNAL_SERVER_ERROR);
         let headers = resp.headers_mut();

@@ -3,14 +3,14 @@
 
 use async_trait::async_trait;
 use coupon_domain::error::StoreError;
-use coupon_domain::grab::ports::{BorrowEnd, Claim, ClaimReply, Recorded, StockLedger, TakeReply};
+use coupon_domain::grab::ports::{BorrowEnd, Claim, ClaimReply, ClaimStep, Recorded, StockLedger, TakeReply};
 use coupon_domain::grant::GrantRecord;
 use coupon_domain::ids::CouponId;
 use coupon_domain::outcome::Rejection;
 use redis::AsyncCommands;
 
 use super::conn::{protocol, unavailable, Redis};
-use super::scripts::{number, parse_recorded, GRAB, SETTLE, TAKE};
+use super::scripts::{evalsha, number, parse_recorded, run, GRAB, SETTLE, TAKE};
 
 /// [`StockLedger`] on Redis.
 #[derive(Clone)]
@@ -36,24 +36,27 @@ impl StockLedger for RedisLedger {
         Ok(shards)
     }
 
-    async fn claim(&self, claim: &Claim<'_>) -> Result<ClaimReply, StoreError> {
+    async fn claim(&self, claim: &Claim<'_>, step: ClaimStep) -> Result<ClaimReply, StoreError> {
         const WHAT: &str = "grab.lua";
         let k = self.redis.keys.shard(claim.coupon, claim.home_shard);
         let mut conn = self.redis.conn.clone();
-        let reply: Vec<String> = GRAB
-            .key(k.meta())
-            .key(k.users())
-            .key(k.request(claim.user, claim.request))
-            .key(k.outbox())
-            .key(k.borrowing())
+        let mut cmd = evalsha(&GRAB, 5);
+        cmd.arg(k.meta())
+            .arg(k.users())
+            .arg(k.request(claim.user, claim.request))
+            .arg(k.outbox())
+            .arg(k.borrowing())
             .arg(claim.user.as_str())
             .arg(claim.level)
             .arg(claim.request.as_str())
             .arg(claim.now_ms)
             .arg(self.redis.outcome_ttl_ms)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
+            .arg(match step {
+                ClaimStep::Admit => "admit",
+                ClaimStep::Commit => "commit",
+                ClaimStep::Whole => "whole",
+            });
+        let reply: Vec<String> = run(&mut conn, &GRAB, &cmd).await.map_err(unavailable)?;
         let record = || reply.get(1).map(String::as_str).unwrap_or("");
         Ok(match reply.first().map(String::as_str) {
             Some("REPLAY") => ClaimReply::Replay(parse_recorded(WHAT, record())?),
@@ -65,6 +68,7 @@ impl StockLedger for RedisLedger {
                 Recorded::Borrowing { ordinal } => ClaimReply::Borrow { ordinal },
                 _ => return Err(protocol(WHAT, "BORROW without a reservation")),
             },
+            Some("ADMITTED") if step == ClaimStep::Admit => ClaimReply::Admitted,
             Some("NOT_FOUND") => ClaimReply::Rejected(Rejection::NotFound),
             Some("OFFLINE") => ClaimReply::Rejected(Rejection::Offline),
             Some("NOT_STARTED") => ClaimReply::Rejected(Rejection::NotStarted {

@@ -9,7 +9,9 @@ use std::sync::LazyLock;
 use coupon_domain::error::StoreError;
 use coupon_domain::grab::ports::Recorded;
 use coupon_domain::grant::GrantRecord;
-use redis::Script;
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
+
+use super::conn::RedisConnection;
 
 use super::conn::protocol;
 
@@ -43,6 +45,29 @@ pub(super) static DROP_IF_BEHIND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/drop_if_behind.lua")));
 pub(super) static RISK_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/risk_release.lua")));
+
+/// An EVALSHA of `script` with `keys` keys, for the caller to add the keys
+/// and arguments to: written straight into the command, where
+/// [`Script::key`] first collects each into a vector of its own (the
+/// grab's hot path; the profile in docs/performance.md).
+pub(super) fn evalsha(script: &Script, keys: usize) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys);
+    cmd
+}
+
+/// Runs an [`evalsha`] command; when Redis answers NOSCRIPT (a restart, a
+/// failover, a flush) loads `script` and runs it again, as
+/// `ScriptInvocation::invoke_async` does.
+pub(super) async fn run<T: FromRedisValue>(conn: &mut RedisConnection, script: &Script, cmd: &Cmd) -> RedisResult<T> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        other => other,
+    }
+}
 
 pub(super) fn parse_recorded(what: &'static str, record: &str) -> Result<Recorded, StoreError> {
     if let Some(rec) = GrantRecord::parse(record) {

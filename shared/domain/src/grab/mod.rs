@@ -51,8 +51,8 @@ mod tests;
 pub use borrow::{finish_borrow, home_shard};
 pub use memory::CouponMemory;
 use ports::{
-    Claim, ClaimReply, CouponCatalog, GrantPublisher, Recorded, RepairRequests, RiskDecision, RiskGuard, RiskHold,
-    StockLedger,
+    Claim, ClaimReply, ClaimStep, CouponCatalog, GrantPublisher, Recorded, RepairRequests, RiskDecision, RiskGuard,
+    RiskHold, StockLedger,
 };
 
 /// How long an instance remembers that a coupon id is unknown to the
@@ -189,41 +189,75 @@ impl GrabService {
             now_ms,
         };
 
-        let mut hold = None;
         if self.sold_out.contains(&req.coupon, now_ms) {
             // One read keeps replays truthful: a request that won before the
             // sell-out must not hear SOLD_OUT when it retries.
-            match self.ledger.recorded(&claim).await? {
+            let reply = match self.ledger.recorded(&claim).await? {
                 None => return Ok(rejected(Rejection::SoldOut, false)),
-                Some(Recorded::Won(rec)) => return self.won(req, claim.home_shard, rec, true).await,
-                Some(Recorded::SoldOut) => return Ok(rejected(Rejection::SoldOut, true)),
-                Some(Recorded::Closed(reason)) => return Ok(rejected(reason, true)),
-                // A borrow interrupted before the sell-out: finish it below.
-                Some(Recorded::Borrowing { .. }) => {}
-            }
-        } else {
-            match self.risk.reserve(&claim, req.ip).await? {
-                RiskDecision::Allowed(h) => hold = Some(h),
-                RiskDecision::Refused(reason) => match self.ledger.recorded(&claim).await? {
-                    // The win itself may be what filled the daily limit.
-                    Some(Recorded::Won(rec)) => return self.won(req, claim.home_shard, rec, true).await,
-                    Some(Recorded::SoldOut) => return Ok(rejected(Rejection::SoldOut, true)),
-                    Some(Recorded::Closed(reason)) => return Ok(rejected(reason, true)),
-                    // The interrupted first attempt holds the risk reservation.
-                    Some(Recorded::Borrowing { .. }) => {}
-                    None => return Ok(rejected(Rejection::Risk(reason), false)),
-                },
-            }
+                Some(recorded) => ClaimReply::Replay(recorded),
+            };
+            return self.conclude(req, &claim, shards, reply, None).await;
         }
-
-        let decided = match self.decide(&claim, shards).await {
-            Ok(d) => d,
-            Err(e) => {
-                // The claim may or may not have been applied: keep the risk
-                // hold (over-counting is the safe side of a limit).
-                return Err(e.into());
+        if !self.risk.reserves() {
+            let reply = self.ledger.claim(&claim, ClaimStep::Whole).await?;
+            return self.conclude(req, &claim, shards, reply, None).await;
+        }
+        // Admission first: every refusal the home shard can decide costs
+        // this one round trip and reserves nothing. Only an admitted press
+        // pays for the risk reservation, and nothing is held before it, so
+        // a press the risk rules refuse never made anyone hear SOLD_OUT.
+        let (reply, hold) = match self.ledger.claim(&claim, ClaimStep::Admit).await? {
+            ClaimReply::Admitted => {
+                let hold = match self.risk.reserve(&claim, req.ip).await? {
+                    RiskDecision::Allowed(h) => h,
+                    RiskDecision::Refused(reason) => return Ok(rejected(Rejection::Risk(reason), false)),
+                };
+                match self.ledger.claim(&claim, ClaimStep::Commit).await {
+                    Ok(ClaimReply::Admitted) => {
+                        self.release(&hold).await;
+                        return Err(GrabError::Unavailable(StoreError::Protocol {
+                            what: "grab commit",
+                            detail: "answered as an admission".into(),
+                        }));
+                    }
+                    Ok(reply) => (reply, Some(hold)),
+                    // The claim may or may not have been applied: keep the
+                    // risk hold (over-counting is the safe side of a limit).
+                    Err(e) => return Err(e.into()),
+                }
             }
+            // An earlier attempt died mid-borrow (or is still borrowing):
+            // its risk reservation was made before its claim and is found
+            // again (reservations are per press), so a borrow that ends
+            // without a unit gives it back. Refused now (say the user was
+            // blacklisted since), the borrow still finishes: its claim is
+            // reserved, and an unfinished borrow would hold it until the
+            // reconciler; the hold then stays (the safe side of a limit).
+            reply @ ClaimReply::Replay(Recorded::Borrowing { .. }) => match self.risk.reserve(&claim, req.ip).await? {
+                RiskDecision::Allowed(h) => (reply, Some(h)),
+                RiskDecision::Refused(_) => (reply, None),
+            },
+            // Decided at admission: a refusal, or a replay of a decided
+            // press (whose win keeps the reservation it made).
+            reply => (reply, None),
         };
+        self.conclude(req, &claim, shards, reply, hold).await
+    }
+
+    /// Turns the home shard's reply into the answer: borrows when asked
+    /// to, gives the risk hold back unless the press won, remembers a
+    /// sell-out, and hands a win to the issuer.
+    async fn conclude(
+        &self,
+        req: &GrabRequest,
+        claim: &Claim<'_>,
+        shards: u32,
+        reply: ClaimReply,
+        hold: Option<RiskHold>,
+    ) -> Result<GrabOutcome, GrabError> {
+        // On an error the claim may or may not have been applied: the hold
+        // is kept (over-counting is the safe side of a limit).
+        let decided = self.decide(claim, shards, reply).await?;
         // The hold is this press's own reservation (keyed by coupon and
         // request id), so a win keeps it, replayed or not, and anything else
         // gives it back; giving back twice changes nothing.
@@ -238,19 +272,25 @@ impl GrabService {
                 // Learn a sell-out only from a decision made now: a replayed
                 // SOLD_OUT may be hours old and stock added since.
                 if reason == Rejection::SoldOut && !decided.replayed {
-                    self.sold_out.remember(&req.coupon, now_ms);
+                    self.sold_out.remember(&req.coupon, claim.now_ms);
                 }
                 Ok(rejected(reason, decided.replayed))
             }
         }
     }
 
-    async fn decide(&self, claim: &Claim<'_>, shards: u32) -> Result<Decided, StoreError> {
+    async fn decide(&self, claim: &Claim<'_>, shards: u32, reply: ClaimReply) -> Result<Decided, StoreError> {
         let fresh = |outcome| Decided {
             outcome,
             replayed: false,
         };
-        Ok(match self.ledger.claim(claim).await? {
+        Ok(match reply {
+            ClaimReply::Admitted => {
+                return Err(StoreError::Protocol {
+                    what: "grab",
+                    detail: "an admission where a decision was expected".into(),
+                })
+            }
             ClaimReply::Won(rec) => fresh(Ok(rec)),
             // The coupon is known (its shard count was read) but the home
             // shard has no state: Redis lost it. Not "no such coupon": a

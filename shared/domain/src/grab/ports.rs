@@ -57,9 +57,36 @@ pub enum BorrowEnd<'a> {
     Closed(&'a Rejection),
 }
 
+/// Which part of the grab decision a call to [`StockLedger::claim`] makes.
+///
+/// A press is decided in two steps around the risk reservation, so that a
+/// press the shard refuses costs one round trip and reserves nothing:
+/// [`Self::Admit`] first, then (only if admitted and the risk rules allow
+/// it) [`Self::Commit`]. Nothing is held between the two, so an admitted
+/// press that is then refused has taken no stock from anyone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimStep {
+    /// Decides every refusal the home shard can decide (the coupon's state
+    /// and window, the member level, the per-user limit, a certain
+    /// sell-out, the rate limit) and takes the rate limit's token for the
+    /// press; changes nothing else. Answers [`ClaimReply::Admitted`],
+    /// [`ClaimReply::Replay`] or [`ClaimReply::Rejected`].
+    Admit,
+    /// After the risk reservation: checks again what may have changed
+    /// since the admission (not the rate limit: the admission took the
+    /// token) and claims.
+    Commit,
+    /// Admission and claim in one call, for a guard that reserves nothing
+    /// ([`RiskGuard::reserves`] false): nothing has to happen in between.
+    Whole,
+}
+
 /// The home shard's answer to a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimReply {
+    /// ([`ClaimStep::Admit`] only) Nothing on the shard refuses the press:
+    /// reserve the risk rules, then commit.
+    Admitted,
     /// The request id was seen before: its stored record, nothing changed.
     Replay(Recorded),
     /// A unit of the home shard's stock was granted.
@@ -93,8 +120,8 @@ pub enum TakeReply {
 pub trait StockLedger: Send + Sync {
     /// How many shards a coupon has, or `None` if it does not exist.
     async fn shard_count(&self, coupon: &CouponId) -> Result<Option<u32>, StoreError>;
-    /// The whole grab decision on the home shard, atomically.
-    async fn claim(&self, claim: &Claim<'_>) -> Result<ClaimReply, StoreError>;
+    /// One step of the grab decision on the home shard, atomically.
+    async fn claim(&self, claim: &Claim<'_>, step: ClaimStep) -> Result<ClaimReply, StoreError>;
     /// Takes one unit from `donor` for the reserved claim `ordinal`.
     async fn take(&self, claim: &Claim<'_>, donor: u32, ordinal: u32) -> Result<TakeReply, StoreError>;
     /// Finishes a borrow on the home shard as it `ended`. `None` if the
@@ -156,6 +183,12 @@ pub trait RiskGuard: Send + Sync {
     /// Gives back what `reserve` took for that press. Idempotent: a repeated
     /// release gives back nothing more.
     async fn release(&self, hold: &RiskHold) -> Result<(), StoreError>;
+    /// False if [`Self::reserve`] allows every press and holds nothing (no
+    /// rules configured): the grab then decides in one call
+    /// ([`ClaimStep::Whole`]) instead of admitting first.
+    fn reserves(&self) -> bool {
+        true
+    }
 }
 
 /// Hands a grant to the issuer (SQS).

@@ -167,6 +167,7 @@ async fn a_borrow_visits_donors_in_order_from_home_and_stops_at_the_first_win() 
     assert_eq!(
         w.ledger.calls(),
         vec![
+            "admit".to_string(),
             "claim".to_string(),
             format!("take:{first_donor}"),
             format!("take:{second_donor}"),
@@ -210,7 +211,12 @@ async fn a_borrow_that_finds_the_coupon_closed_takes_nothing_and_says_why() {
     );
     assert_eq!(
         w.ledger.calls(),
-        vec!["claim".to_string(), format!("take:{first_donor}"), "settle".into()],
+        vec![
+            "admit".to_string(),
+            "claim".to_string(),
+            format!("take:{first_donor}"),
+            "settle".into()
+        ],
         "no other donor is asked once one says the coupon is closed"
     );
     assert!(w.queue.sent.lock().unwrap().is_empty());
@@ -226,7 +232,7 @@ async fn a_sell_out_is_remembered_for_the_ttl_and_then_forgotten() {
     let w = world(
         ScriptedLedger {
             shards: 1,
-            claim: Some(ClaimReply::Rejected(Rejection::SoldOut)),
+            admit: Some(ClaimReply::Rejected(Rejection::SoldOut)),
             ..Default::default()
         },
         FakeRisk::allowing(),
@@ -241,12 +247,12 @@ async fn a_sell_out_is_remembered_for_the_ttl_and_then_forgotten() {
             ..
         }
     ));
-    // From memory: one read of the request record, no risk, no claim.
-    assert_eq!(w.ledger.calls(), vec!["claim", "recorded"]);
-    assert_eq!(*w.risk.reserved.lock().unwrap(), 1);
+    // From memory: one read of the request record, no admission.
+    assert_eq!(w.ledger.calls(), vec!["admit", "recorded"]);
+    assert_eq!(*w.risk.reserved.lock().unwrap(), 0, "refused at admission");
     w.clock.advance(500);
     w.service.grab(&request("c")).await.unwrap();
-    assert_eq!(w.ledger.calls().last().map(String::as_str), Some("claim"));
+    assert_eq!(w.ledger.calls().last().map(String::as_str), Some("admit"));
 }
 
 #[tokio::test]
@@ -273,22 +279,18 @@ async fn an_undecided_claim_is_an_error_and_keeps_the_hold() {
 }
 
 #[tokio::test]
-async fn a_risk_refusal_is_final_unless_the_request_already_won() {
-    let refusing = |recorded| {
-        world(
-            ScriptedLedger {
-                shards: 1,
-                recorded,
-                ..Default::default()
-            },
-            FakeRisk {
-                refuse: Some(RiskReason::DailyLimit),
-                ..FakeRisk::allowing()
-            },
-            FakeQueue::default(),
-        )
-    };
-    let w = refusing(None);
+async fn a_risk_refusal_after_admission_is_final_and_claims_nothing() {
+    let w = world(
+        ScriptedLedger {
+            shards: 1,
+            ..Default::default()
+        },
+        FakeRisk {
+            refuse: Some(RiskReason::DailyLimit),
+            ..FakeRisk::allowing()
+        },
+        FakeQueue::default(),
+    );
     let outcome = w.service.grab(&request("u")).await.unwrap();
     assert!(matches!(
         outcome,
@@ -297,10 +299,122 @@ async fn a_risk_refusal_is_final_unless_the_request_already_won() {
             ..
         }
     ));
-    let w = refusing(Some(Recorded::Won(record("c-0-1", 0))));
+    assert_eq!(w.ledger.calls(), ["admit"], "refused before the claim");
+    assert_eq!(*w.risk.released.lock().unwrap(), 0, "a refusal holds nothing");
+}
+
+#[tokio::test]
+async fn a_press_the_shard_refuses_is_decided_at_admission_and_never_reaches_the_risk_rules() {
+    for refusal in [
+        Rejection::RateLimited { retry_after_ms: 40 },
+        Rejection::AlreadyClaimed,
+        Rejection::NotEligible { min_level: 3 },
+        Rejection::SoldOut,
+        Rejection::Offline,
+        Rejection::Ended,
+        Rejection::NotStarted { starts_at_ms: 9_000 },
+    ] {
+        let w = world(
+            ScriptedLedger {
+                shards: 1,
+                admit: Some(ClaimReply::Rejected(refusal.clone())),
+                ..Default::default()
+            },
+            FakeRisk::allowing(),
+            FakeQueue::default(),
+        );
+        let outcome = w.service.grab(&request("u")).await.unwrap();
+        assert_eq!(
+            outcome,
+            GrabOutcome::Rejected {
+                reason: refusal.clone(),
+                replayed: false
+            }
+        );
+        assert_eq!(w.ledger.calls(), ["admit"], "{refusal:?}: one call");
+        assert_eq!(*w.risk.reserved.lock().unwrap(), 0, "{refusal:?}: nothing reserved");
+        assert_eq!(*w.risk.released.lock().unwrap(), 0, "{refusal:?}: nothing to give back");
+    }
+}
+
+#[tokio::test]
+async fn a_win_replayed_at_admission_is_sent_again_without_reserving_or_claiming() {
+    let w = world(
+        ScriptedLedger {
+            shards: 1,
+            admit: Some(ClaimReply::Replay(Recorded::Won(record("c-0-1", 0)))),
+            ..Default::default()
+        },
+        FakeRisk {
+            // The win itself may be what filled the user's day.
+            refuse: Some(RiskReason::DailyLimit),
+            ..FakeRisk::allowing()
+        },
+        FakeQueue::default(),
+    );
     let outcome = w.service.grab(&request("u")).await.unwrap();
-    assert!(matches!(outcome, GrabOutcome::Won { replayed: true, .. }));
-    assert!(!w.ledger.calls().contains(&"claim".to_string()));
+    assert!(
+        matches!(outcome, GrabOutcome::Won { replayed: true, .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(w.ledger.calls(), ["admit", "replicated:0"]);
+    assert_eq!(w.queue.sent.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_borrow_found_at_admission_is_resumed_and_gives_its_reservation_back_if_it_ends_empty() {
+    let w = world(
+        ScriptedLedger {
+            shards: 2,
+            admit: Some(ClaimReply::Replay(Recorded::Borrowing { ordinal: 1 })),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    let outcome = w.service.grab(&request("u")).await.unwrap();
+    assert_eq!(
+        outcome,
+        GrabOutcome::Rejected {
+            reason: Rejection::SoldOut,
+            replayed: true
+        }
+    );
+    let donor = 1 - home_shard(&UserId::parse("u").unwrap(), 2);
+    assert_eq!(
+        w.ledger.calls(),
+        ["admit".to_string(), format!("take:{donor}"), "settle".into()]
+    );
+    assert_eq!(
+        *w.risk.reserved.lock().unwrap(),
+        1,
+        "the press's own reservation, found again"
+    );
+    assert_eq!(*w.risk.released.lock().unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_guard_that_reserves_nothing_lets_one_call_decide() {
+    let ledger = Arc::new(ScriptedLedger {
+        shards: 1,
+        claim: Some(ClaimReply::Won(record("c-0-1", 0))),
+        ..Default::default()
+    });
+    let service = GrabService::new(
+        GrabPorts {
+            ledger: ledger.clone(),
+            risk: Arc::new(crate::testing::AllowAll),
+            publisher: Arc::new(FakeQueue::default()),
+            catalog: Arc::new(MemoryCatalog::default()),
+            repairs: Arc::new(FakeRepairs::default()),
+            clock: Arc::new(ManualClock::new(1_000)),
+            metrics: Arc::new(RecordingMetrics::default()),
+        },
+        500,
+    );
+    let outcome = service.grab(&request("u")).await.unwrap();
+    assert!(matches!(outcome, GrabOutcome::Won { replayed: false, .. }));
+    assert_eq!(ledger.calls(), ["claim", "replicated:0"], "no admission first");
 }
 
 #[test]
@@ -342,7 +456,7 @@ async fn a_borrow_that_meets_a_lost_donor_shard_is_busy_and_stamps_nothing() {
     assert!(matches!(outcome, Err(GrabError::Unavailable(_))), "{outcome:?}");
     assert_eq!(
         w.ledger.calls(),
-        vec!["claim".to_owned(), format!("take:{donor}")],
+        vec!["admit".to_owned(), "claim".to_owned(), format!("take:{donor}")],
         "no settle: no SOLD_OUT stamp"
     );
     assert_eq!(w.metrics.total("ShardMissing"), 1);

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 
 use crate::error::{PublishError, StoreError};
 use crate::grab::ports::{
-    BorrowEnd, Claim, ClaimReply, CouponCatalog, GrantPublisher, Recorded, RepairRequests, RiskDecision, RiskGuard,
-    RiskHold, StockLedger, TakeReply,
+    BorrowEnd, Claim, ClaimReply, ClaimStep, CouponCatalog, GrantPublisher, Recorded, RepairRequests, RiskDecision,
+    RiskGuard, RiskHold, StockLedger, TakeReply,
 };
 use crate::grant::Grant;
 use crate::ids::{ClientIp, CouponId};
@@ -23,8 +23,10 @@ use crate::outcome::RiskReason;
 pub struct ScriptedLedger {
     /// The shard count it reports; 0 reports no such coupon.
     pub shards: u32,
-    /// The answer to every claim.
+    /// The answer to every claim (a commit or a whole claim).
     pub claim: Option<ClaimReply>,
+    /// The answer to an admission; `None` admits.
+    pub admit: Option<ClaimReply>,
     /// The answer of each donor shard (Empty when absent).
     pub takes: HashMap<u32, TakeReply>,
     /// What a read of the request id finds.
@@ -53,7 +55,11 @@ impl StockLedger for ScriptedLedger {
         // 0 shards: Redis knows nothing of the coupon.
         Ok((self.shards > 0).then_some(self.shards))
     }
-    async fn claim(&self, _: &Claim<'_>) -> Result<ClaimReply, StoreError> {
+    async fn claim(&self, _: &Claim<'_>, step: ClaimStep) -> Result<ClaimReply, StoreError> {
+        if step == ClaimStep::Admit {
+            self.log("admit".into());
+            return Ok(self.admit.clone().unwrap_or(ClaimReply::Admitted));
+        }
         self.log("claim".into());
         if self.fail_claim {
             return Err(StoreError::Unavailable("timed out".into()));
@@ -166,6 +172,9 @@ impl RiskGuard for AllowAll {
 
     async fn release(&self, _hold: &RiskHold) -> Result<(), StoreError> {
         Ok(())
+    }
+    fn reserves(&self) -> bool {
+        false
     }
 }
 
