@@ -1,5 +1,5 @@
 -- The grab decision on the user's home shard, in one atomic step, run in
--- one of three steps (ARGV[6]):
+-- one of three steps (ARGV[1]):
 --   'admit'   decides every refusal the shard can decide (window, level,
 --             per-user limit, a certain sell-out, the rate limit) and takes
 --             the admission token of the rate limit; reserves nothing.
@@ -9,9 +9,10 @@
 --             may have moved meanwhile) except the rate limit, whose token
 --             the admission took, then the claim itself.
 --   'whole'   both in one call, when there is no risk reservation to make.
--- KEYS: 1 meta, 2 users, 3 req, 4 outbox, 5 borrowing
--- ARGV: 1 user id, 2 member level, 3 request id, 4 now (ms), 5 outcome ttl
---       (ms), 6 step
+-- KEYS: 1 meta, 2 users, 3 req, 4 outbox, 5 borrowing (an admission passes
+--       only the first three: every byte a refusal sends costs Redis CPU)
+-- ARGV: 1 step, 2 user id, 3 member level, 4 now (ms), then for a commit or
+--       a whole claim 5 request id, 6 outcome ttl (ms)
 -- Returns {kind, detail}:
 --   {'REPLAY', record}      the request id was seen: its stored record
 --   {'WIN', record}         a unit of this shard's stock was granted
@@ -24,8 +25,8 @@
 -- after a rejection is decided afresh (as Stripe does for requests that
 -- never began executing).
 local meta, users, req, outbox, borrowing = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local user, level, request_id = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local now, ttl, step = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local step, user, level, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local request_id, ttl = ARGV[5], ARGV[6]
 
 local prior = redis.call('GET', req)
 if prior then return {'REPLAY', prior} end
@@ -39,16 +40,18 @@ if now < tonumber(m[2]) then return {'NOT_STARTED', m[2]} end
 if now >= tonumber(m[3]) then return {'ENDED'} end
 if level < tonumber(m[4]) then return {'NOT_ELIGIBLE', m[4]} end
 
-local claimed = tonumber(redis.call('HGET', users, user) or '0')
-if claimed >= tonumber(m[5]) then return {'ALREADY_CLAIMED'} end
-
 local stock = tonumber(m[10])
 -- Sold out for certain: one shard only, or a full scan of every shard found
 -- nothing since the last stock increase (soldout is stamped with the epoch
--- that any increase bumps).
+-- that any increase bumps). Before the per-user count, as the instances'
+-- sold-out memory answers too: after a sell-out a holder pressing again
+-- hears SOLD_OUT, and the press costs no read of the users hash.
 if stock <= 0 and (tonumber(m[11]) <= 1 or m[12] == m[13]) then
   return {'SOLD_OUT'}
 end
+
+local claimed = tonumber(redis.call('HGET', users, user) or '0')
+if claimed >= tonumber(m[5]) then return {'ALREADY_CLAIMED'} end
 
 -- Per-shard token bucket; a rate of 0 turns it off. The admission takes
 -- the token, so a commit does not take a second one.

@@ -13,11 +13,13 @@
 //!   concurrent caller, as one Lambda instance has.
 //! - **grab vs the seeds' lock flow** (seed 002: `SET NX` lock with a 100 ms
 //!   spin, `GET`, `DECR`, compare-and-delete unlock) on the same Redis.
-//! - **sold-out speedup**: rejections per second after a sell-out with the
-//!   per-instance sold-out memory against without it (the Redis-bound path).
+//! - **sold-out speedup**: Redis CPU per rejection after a sell-out with
+//!   the per-instance sold-out memory against without it.
 //! - **oversell**: a sale of fixed stock through each design; counted.
-//! - **round trips**: Redis commands per winner and per loser, read from the
-//!   dedicated server's `INFO commandstats` (nothing else talks to it).
+//! - **press costs**: per outcome (winner, rate limited, already claimed,
+//!   not eligible, sold out with and without the memory), with the risk
+//!   checks on: round trips and commands counted at the wire by a counting
+//!   proxy (`proxy.rs`), and Redis main-thread CPU per press under load.
 //! - **AWS calls**: SDK calls counted by an interceptor on the clients the
 //!   grab and issuer use; issuer throughput against the local endpoint.
 //! - **reconciler**: one pass over a coupon with 100,000 grants.

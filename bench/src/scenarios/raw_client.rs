@@ -102,12 +102,12 @@ async fn raw_loop(env: &BenchEnv, rows: &mut Table, client: &redis::Client, sha:
                 .arg(format!("{tag}:req:u{n}:r{n}"))
                 .arg(format!("{tag}:outbox"))
                 .arg(format!("{tag}:borrowing"))
+                .arg("whole")
                 .arg(format!("u{n}"))
                 .arg(0)
-                .arg(format!("r{n}"))
                 .arg(now_ms())
-                .arg(3_600_000)
-                .arg("whole");
+                .arg(format!("r{n}"))
+                .arg(3_600_000);
             let _: Vec<String> = match &mut conn {
                 RawConn::Mux(c) => cmd.query_async(c).await.expect("evalsha"),
                 RawConn::Mgr(c) => cmd.query_async(c).await.expect("evalsha"),

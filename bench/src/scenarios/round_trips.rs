@@ -172,15 +172,25 @@ pub async fn round_trips(env: &BenchEnv, rows: &mut Table) -> Costs {
         )
         .await;
         let many = prepare(many, "c0").await;
-        let before = redis_cpu(&env.redis_url).await;
-        let load = drive_as(&many, &id, "c", env.run, u64::MAX, Feed::Requests, case.cycle).await;
-        let cpu_us = (redis_cpu(&env.redis_url).await - before) * 1e6 / load.total as f64;
-        assert!(
-            load.status(case.status) as f64 >= 0.99 * load.total as f64,
-            "{}: {:?}",
-            case.name,
-            load.by_status
-        );
+        // The least of three runs: this machine's speed drifts (a busy
+        // neighbour, the hypervisor), and drift only ever adds CPU time,
+        // so the least is the closest to what the press itself costs.
+        let mut runs = Vec::new();
+        let mut pressed = 0;
+        for round in 0..3 {
+            let label = ["c1", "c2", "c3"][round];
+            let before = redis_cpu(&env.redis_url).await;
+            let load = drive_as(&many, &id, label, env.run, u64::MAX, Feed::Requests, case.cycle).await;
+            runs.push((redis_cpu(&env.redis_url).await - before) * 1e6 / load.total as f64);
+            assert!(
+                load.status(case.status) as f64 >= 0.99 * load.total as f64,
+                "{}: {:?}",
+                case.name,
+                load.by_status
+            );
+            pressed += load.total;
+        }
+        let cpu_us = runs.iter().copied().fold(f64::INFINITY, f64::min);
         rows.push(Row {
             name: format!("press costs: {}", case.name),
             value: per(trips),
@@ -205,7 +215,8 @@ pub async fn round_trips(env: &BenchEnv, rows: &mut Table) -> Costs {
             "commands": per(commands),
             "redisCpuUs": cpu_us,
             "decidedByTheGrabScript": case.refusal,
-            "presses": {"counted": d.total, "cpu": load.total},
+            "redisCpuUsRuns": runs,
+            "presses": {"counted": d.total, "cpu": pressed},
         }));
     }
     rows.push(Row {

@@ -133,12 +133,12 @@ pub(crate) fn redis_benchmark(port: u16, callers: usize, requests: u64, sha: &st
         .arg(format!("{tag}:req:u__rand_int__:r__rand_int__"))
         .arg(format!("{tag}:outbox"))
         .arg(format!("{tag}:borrowing"))
+        .arg("whole")
         .arg("u__rand_int__")
         .arg("0")
-        .arg("r__rand_int__")
         .arg(now_ms().to_string())
+        .arg("r__rand_int__")
         .arg("3600000")
-        .arg("whole")
         .output()
         .expect("redis-benchmark (apt: redis-tools)");
     let text = String::from_utf8_lossy(&out.stdout);

@@ -40,22 +40,25 @@ impl StockLedger for RedisLedger {
         const WHAT: &str = "grab.lua";
         let k = self.redis.keys.shard(claim.coupon, claim.home_shard);
         let mut conn = self.redis.conn.clone();
-        let mut cmd = evalsha(&GRAB, 5);
-        cmd.arg(k.meta())
-            .arg(k.users())
-            .arg(k.request(claim.user, claim.request))
-            .arg(k.outbox())
-            .arg(k.borrowing())
-            .arg(claim.user.as_str())
-            .arg(claim.level)
-            .arg(claim.request.as_str())
-            .arg(claim.now_ms)
-            .arg(self.redis.outcome_ttl_ms)
-            .arg(match step {
-                ClaimStep::Admit => "admit",
-                ClaimStep::Commit => "commit",
-                ClaimStep::Whole => "whole",
-            });
+        // An admission sends only what it reads: most presses of a sale
+        // end there, and Redis parses every byte of them.
+        let admit = step == ClaimStep::Admit;
+        let mut cmd = evalsha(&GRAB, if admit { 3 } else { 5 });
+        cmd.arg(k.meta()).arg(k.users()).arg(k.request(claim.user, claim.request));
+        if !admit {
+            cmd.arg(k.outbox()).arg(k.borrowing());
+        }
+        cmd.arg(match step {
+            ClaimStep::Admit => "admit",
+            ClaimStep::Commit => "commit",
+            ClaimStep::Whole => "whole",
+        })
+        .arg(claim.user.as_str())
+        .arg(claim.level)
+        .arg(claim.now_ms);
+        if !admit {
+            cmd.arg(claim.request.as_str()).arg(self.redis.outcome_ttl_ms);
+        }
         let reply: Vec<String> = run(&mut conn, &GRAB, &cmd).await.map_err(unavailable)?;
         let record = || reply.get(1).map(String::as_str).unwrap_or("");
         Ok(match reply.first().map(String::as_str) {
