@@ -64,6 +64,12 @@ pub async fn raw_client(env: &BenchEnv, rows: &mut Table) {
 }
 
 async fn raw_loop(env: &BenchEnv, rows: &mut Table, client: &redis::Client, sha: &str, tag: &str) {
+    let think = Duration::from_micros(
+        std::env::var("BENCH_RAW_THINK_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    );
     for (name, mut conn) in [
         (
             "multiplexed",
@@ -108,6 +114,14 @@ async fn raw_loop(env: &BenchEnv, rows: &mut Table, client: &redis::Client, sha:
                 .arg(now_ms())
                 .arg(format!("r{n}"))
                 .arg(3_600_000);
+            // BENCH_RAW_THINK_US: client work before each request, to see
+            // what a slower client costs in wall time (more than the work).
+            if think > Duration::ZERO {
+                let t = Instant::now();
+                while t.elapsed() < think {
+                    std::hint::spin_loop();
+                }
+            }
             let _: Vec<String> = match &mut conn {
                 RawConn::Mux(c) => cmd.query_async(c).await.expect("evalsha"),
                 RawConn::Mgr(c) => cmd.query_async(c).await.expect("evalsha"),

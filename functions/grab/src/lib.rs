@@ -35,7 +35,7 @@ use coupon_edge::{header_str, json_body, Detail, ErrorCode, Lang, Reply};
 pub use coupon_edge::{identity, Caller, EdgeSettings};
 use lambda_http::http::header;
 use lambda_http::{Body, Request, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 pub mod config;
@@ -108,6 +108,19 @@ fn parse_body(req: &Request, max: usize) -> Result<RequestId, Box<Reply>> {
     RequestId::parse(&body.request_id).map_err(|e| Box::new(Reply::invalid(e.to_string())))
 }
 
+/// A win's data, as the contract (docs/openapi.yaml, `Granted`) names it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Granted<'a> {
+    grant_id: &'a str,
+    coupon_id: &'a str,
+    ordinal: u32,
+    status: &'static str,
+    queued: bool,
+    replayed: bool,
+    granted_at_ms: i64,
+}
+
 /// Maps a domain outcome to the response envelope.
 pub fn outcome_reply(outcome: &GrabOutcome) -> Reply {
     match outcome {
@@ -115,15 +128,15 @@ pub fn outcome_reply(outcome: &GrabOutcome) -> Reply {
             grant,
             queued,
             replayed,
-        } => Reply::success(json!({
-            "grantId": grant.grant_id,
-            "couponId": grant.coupon_id,
-            "ordinal": grant.ordinal,
-            "status": "PENDING",
-            "queued": queued,
-            "replayed": replayed,
-            "grantedAtMs": grant.granted_at_ms,
-        })),
+        } => Reply::success_of(&Granted {
+            grant_id: &grant.grant_id,
+            coupon_id: grant.coupon_id.as_str(),
+            ordinal: grant.ordinal,
+            status: "PENDING",
+            queued: *queued,
+            replayed: *replayed,
+            granted_at_ms: grant.granted_at_ms,
+        }),
         GrabOutcome::Rejected { reason, replayed } => {
             let (code, mut data) = match reason {
                 Rejection::NotFound => (ErrorCode::CouponNotFound, json!({})),

@@ -44,7 +44,9 @@ impl StockLedger for RedisLedger {
         // end there, and Redis parses every byte of them.
         let admit = step == ClaimStep::Admit;
         let mut cmd = evalsha(&GRAB, if admit { 3 } else { 5 });
-        cmd.arg(k.meta()).arg(k.users()).arg(k.request(claim.user, claim.request));
+        cmd.arg(k.meta())
+            .arg(k.users())
+            .arg(k.request(claim.user, claim.request));
         if !admit {
             cmd.arg(k.outbox()).arg(k.borrowing());
         }
