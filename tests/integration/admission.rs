@@ -186,3 +186,23 @@ async fn presses_the_risk_rules_refuse_after_admission_hold_no_stock_so_the_last
     );
     assert_eq!(h.stock(&def).await, 0);
 }
+
+/// Every press reads 13 fields of its shard's meta: the preheat keeps it a
+/// hash table (direct reads), not a listpack (a scan per field).
+#[tokio::test]
+async fn a_preheated_shard_keeps_its_meta_as_a_hash_table() {
+    let h = Harness::new().await;
+    let mut def = h.coupon(10);
+    def.shards = 2;
+    let coupon = h.create(&def).await;
+    let mut conn = h.redis.connection();
+    for shard in 0..2 {
+        let encoding: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(h.redis.keys().shard(&coupon, shard).meta())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(encoding, "hashtable", "shard {shard}");
+    }
+}

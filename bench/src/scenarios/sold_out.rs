@@ -63,7 +63,7 @@ pub async fn sold_out(env: &BenchEnv, rows: &mut Table) -> SoldOut {
         name: format!("after sell-out, memory off (Redis-bound), {c} callers"),
         value: without.per_sec(),
         unit: "rejects/s",
-        note: "risk reserve, grab script, risk release".into(),
+        note: "the admission script (the grab script refuses it first)".into(),
     });
     rows.push(Row {
         name: "soldout_speedup (Redis-bound rejections/s, on / off)".into(),

@@ -34,7 +34,7 @@ pub async fn grab_vs_lock(env: &BenchEnv, rows: &mut Table) -> Ratios {
             name: format!("grab handler, production wiring, {c} callers"),
             value: full.per_sec(),
             unit: "grabs/s",
-            note: "3 scripts (risk user, risk IP, grab), 2 round trips".into(),
+            note: "4 scripts (admission, risk user + risk IP, claim), 3 round trips".into(),
         });
         rows.push(Row {
             name: format!("seed 002 lock flow, {c} callers"),
