@@ -216,6 +216,32 @@ fn event(tpl: &str, coupon: &str, user: &str, request: &str, _n: u64) -> String 
         .replace("@IP@", &ip)
 }
 
+/// Who presses in a run: a fresh user per request, or each caller's users
+/// in turn from `cycle` of them.
+#[derive(Clone)]
+struct Names {
+    label: String,
+    cycle: Option<u64>,
+}
+
+impl Names {
+    fn user(&self, caller: usize, i: u64) -> String {
+        match self.cycle {
+            Some(n) => format!("held-{caller}-{}", i % n),
+            None => format!("{}-{caller}-{i}", self.label),
+        }
+    }
+
+    /// Cycling users are the same in every run (they hold the coupon from
+    /// an earlier one), so their request ids carry the run's label.
+    fn request(&self, i: u64) -> String {
+        match self.cycle {
+            Some(_) => format!("{}-{i}", self.label),
+            None => format!("r{i}"),
+        }
+    }
+}
+
 /// What a handler run did.
 #[derive(Debug, Default)]
 pub(crate) struct Drive {
@@ -291,15 +317,9 @@ pub(crate) async fn drive_as(
     feed: Feed,
     cycle: Option<u64>,
 ) -> Drive {
-    // Cycling users are the same in every run (they hold the coupon from
-    // an earlier one), so their request ids carry the run's label.
-    let user = move |t: usize, i: u64| match cycle {
-        Some(n) => format!("held-{t}-{}", i % n),
-        None => format!("{label}-{t}-{i}"),
-    };
-    let request = move |i: u64| match cycle {
-        Some(_) => format!("{label}-{i}"),
-        None => format!("r{i}"),
+    let names = Names {
+        label: label.to_owned(),
+        cycle,
     };
     let tpl = Arc::new(template());
     let (parts, _) = lambda_http::request::from_str(&tpl).expect("template").into_parts();
@@ -312,7 +332,7 @@ pub(crate) async fn drive_as(
         pools.push(match feed {
             Feed::Requests => (1..=per_task)
                 .rev()
-                .map(|i| built(&parts, coupon, &user(t, i as u64), &request(i as u64)))
+                .map(|i| built(&parts, coupon, &names.user(t, i as u64), &names.request(i as u64)))
                 .collect(),
             Feed::Events => Vec::new(),
         });
@@ -323,16 +343,7 @@ pub(crate) async fn drive_as(
     for ((t, app), mut pool) in apps.iter().enumerate().zip(pools) {
         let (app, tpl, made, parts) = (app.clone(), tpl.clone(), made.clone(), parts.clone());
         let coupon = coupon.to_owned();
-        let label = label.to_owned();
-        let run_label = label.clone();
-        let user = move |t: usize, i: u64| match cycle {
-            Some(n) => format!("held-{t}-{}", i % n),
-            None => format!("{label}-{t}-{i}"),
-        };
-        let request = move |i: u64| match cycle {
-            Some(_) => format!("{run_label}-{i}"),
-            None => format!("r{i}"),
-        };
+        let names = names.clone();
         tasks.push(tokio::spawn(async move {
             let mut by_status: BTreeMap<u16, u64> = BTreeMap::new();
             let mut i = 0u64;
@@ -344,7 +355,7 @@ pub(crate) async fn drive_as(
                 i += 1;
                 let req = match feed {
                     Feed::Events => {
-                        let raw = event(&tpl, &coupon, &user(t, i), &request(i), n);
+                        let raw = event(&tpl, &coupon, &names.user(t, i), &names.request(i), n);
                         lambda_http::request::from_str(&raw).expect("a valid event")
                     }
                     // A machine faster than the pool was sized for: build
@@ -352,7 +363,7 @@ pub(crate) async fn drive_as(
                     // never a crash).
                     Feed::Requests => match pool.pop() {
                         Some(r) => r,
-                        None => built(&parts, &coupon, &user(t, i), &format!("x{i}")),
+                        None => built(&parts, &coupon, &names.user(t, i), &format!("x{i}")),
                     },
                 };
                 let resp = grab::handle(&app, req).await.expect("infallible");

@@ -53,11 +53,7 @@ pub async fn raw_client(env: &BenchEnv, rows: &mut Table) {
             name: "diagnostic: grab::handle, script only, 1 caller".into(),
             value: n as f64 / start.elapsed().as_secs_f64(),
             unit: "req/s",
-            note: format!(
-                "{:.1} us of client CPU, {:.1} us of Redis CPU per request",
-                (on_cpu_ns() - cpu) as f64 / 1e3 / n as f64,
-                (super::redis_cpu(&env.redis_url).await - rcpu) * 1e6 / n as f64
-            ),
+            note: costs(&env.redis_url, cpu, rcpu, n).await,
         });
         raw_loop(env, rows, &client, &sha, &tag).await;
     }
@@ -131,11 +127,7 @@ async fn raw_loop(env: &BenchEnv, rows: &mut Table, client: &redis::Client, sha:
             name: format!("diagnostic: redis-rs {name}, grab script, 1 caller"),
             value: n as f64 / start.elapsed().as_secs_f64(),
             unit: "req/s",
-            note: format!(
-                "{:.1} us of client CPU, {:.1} us of Redis CPU per request",
-                (on_cpu_ns() - cpu) as f64 / 1e3 / n as f64,
-                (super::redis_cpu(&env.redis_url).await - rcpu) * 1e6 / n as f64
-            ),
+            note: costs(&env.redis_url, cpu, rcpu, n).await,
         });
     }
 }
@@ -152,4 +144,14 @@ pub(crate) fn on_cpu_ns() -> u64 {
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// Client and Redis CPU per request since `cpu` (this thread's, ns) and
+/// `rcpu` (Redis's, s) were read, over `n` requests.
+async fn costs(url: &str, cpu: u64, rcpu: f64, n: u64) -> String {
+    format!(
+        "{:.1} us of client CPU, {:.1} us of Redis CPU per request",
+        (on_cpu_ns() - cpu) as f64 / 1e3 / n as f64,
+        (super::redis_cpu(url).await - rcpu) * 1e6 / n as f64
+    )
 }
