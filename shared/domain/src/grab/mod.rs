@@ -10,14 +10,22 @@
 //!    (once per window); one never created is NOT_FOUND.
 //! 1. Sold-out memory: after a sell-out, answer from memory (plus one read of
 //!    the request id, so that a replay still gets its original win).
-//! 2. Risk reservation (blacklist, daily claims, distinct users per IP), in
-//!    the user's and the IP's own Redis slots, before any stock moves.
-//! 3. The claim: one Lua script on the user's home shard decides everything
-//!    and, for a winner, deducts stock and writes the outbox entry.
-//! 4. Only if the home shard is empty while others may not be: borrow from
+//! 2. Admission ([`ClaimStep::Admit`]): one Lua script on the user's home
+//!    shard decides every refusal the shard can decide (window, level, a
+//!    certain sell-out, the per-user limit, the rate limit) and replays;
+//!    it reserves nothing. Most presses of a flash sale end here, in one
+//!    round trip.
+//! 3. Risk reservation (blacklist, daily claims, distinct users per IP), in
+//!    the user's and the IP's own Redis slots, only for an admitted press
+//!    and before any stock moves.
+//! 4. The claim ([`ClaimStep::Commit`]): the same script checks again
+//!    (the state may have moved) and, for a winner, deducts stock and
+//!    writes the outbox entry. Nothing was held between 2 and 4, so a press
+//!    the risk rules refuse never made anyone hear SOLD_OUT.
+//! 5. Only if the home shard is empty while others may not be: borrow from
 //!    the other shards in a fixed order (at most `shards - 1` calls), then
 //!    settle on the home shard. SOLD_OUT only when every shard was empty.
-//! 5. Winners: a replica acknowledges the decision (Redis `WAIT`, when
+//! 6. Winners: a replica acknowledges the decision (Redis `WAIT`, when
 //!    replicas are required), then one SQS send, and only then SUCCESS. A failed send answers
 //!    [`GrabError::NotQueued`] (BUSY, retry): the grant stays in the outbox
 //!    and the risk hold stays held, and the client's retry with the same
