@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use crate::support::{send, Event, Harness, HOUR, T0};
+use crate::support::{send, Event, Harness, Options, Server, HOUR, T0};
 
 /// The commands clients send to the local Redis, read from its MONITOR
 /// feed (scripts' own commands excluded: those run inside one command).
@@ -205,4 +205,28 @@ async fn a_preheated_shard_keeps_its_meta_as_a_hash_table() {
             .unwrap();
         assert_eq!(encoding, "hashtable", "shard {shard}");
     }
+}
+
+/// The grab builds its EVALSHA itself (not through `Script::invoke`), so it
+/// must still load the script when Redis has forgotten it (a restart, a
+/// failover to a node that never ran it): every step, admission and claim.
+#[tokio::test]
+async fn a_grab_after_redis_forgot_its_scripts_loads_them_again_and_decides() {
+    let server = Server::standalone();
+    let h = Harness::with(Options {
+        redis_url: Some(server.url()),
+        ..Options::default()
+    })
+    .await;
+    let coupon = h.create(&h.coupon(1)).await;
+    assert_eq!(server.cmd(&["SCRIPT", "FLUSH"]).trim(), "OK");
+    assert_eq!(h.grab(&coupon, "first", "r1").await.code(), "SUCCESS");
+    assert_eq!(server.cmd(&["SCRIPT", "FLUSH"]).trim(), "OK");
+    assert_eq!(h.grab(&coupon, "second", "r1").await.code(), "SOLD_OUT");
+    assert_eq!(server.cmd(&["SCRIPT", "FLUSH"]).trim(), "OK");
+    let replay = h.grab(&coupon, "first", "r1").await;
+    assert_eq!(
+        (replay.code(), replay.body["data"]["replayed"].as_bool()),
+        ("SUCCESS", Some(true))
+    );
 }

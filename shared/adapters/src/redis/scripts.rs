@@ -11,9 +11,7 @@ use coupon_domain::grab::ports::Recorded;
 use coupon_domain::grant::GrantRecord;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
 
-use super::conn::RedisConnection;
-
-use super::conn::protocol;
+use super::conn::{protocol, RedisConnection};
 
 macro_rules! lua {
     ($name:literal) => {
