@@ -3,13 +3,23 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := . infra/env.sh &&
+# The engines the tests and `make chaos` run on: Redis OSS 7.0 and Valkey 8.0
+# (infra/env.sh's REDIS_ENGINE picks the one the stack, the demo and the
+# contract run use; make test runs the integration tests and the chaos short
+# pass on every engine named here).
+REDIS_ENGINES ?= redis valkey
+export REDIS_ENGINES
+comma := ,
+empty :=
+space := $(empty) $(empty)
+ENGINE_LIST := $(subst $(space),$(comma),$(strip $(REDIS_ENGINES)))
 
-.PHONY: help setup stack build up demo chaos pump down test test-rust test-infra test-contract test-chaos bench lint fmt coupon
+.PHONY: help setup stack build up demo chaos pump down test test-rust test-engines test-infra test-contract test-chaos bench lint fmt coupon
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-setup: ## Install redis-server and the Python tools (.venv) if missing
+setup: ## Install redis-server, valkey-server and the Python tools (.venv) if missing
 	@bash infra/setup.sh
 
 stack: setup ## Start redis-server and moto server, provision queues and tables
@@ -25,9 +35,9 @@ demo: setup build ## The main job: a whole flash sale locally, with a report
 	@bash infra/stop.sh >/dev/null; bash infra/start.sh >/dev/null
 	@$(ENV) python infra/demo.py
 
-chaos: setup build ## One sale per fault (SQS down, crashes, Redis lost, ...): every SUCCESS is one coupon
+chaos: setup build ## One sale per fault (SQS down, crashes, Redis lost, ...) on every engine: every SUCCESS is one coupon
 	@bash infra/stop.sh >/dev/null; bash infra/start.sh >/dev/null
-	@$(ENV) python infra/chaos.py $(CHAOS_ARGS)
+	@$(ENV) python infra/chaos.py --engines $(ENGINE_LIST) $(CHAOS_ARGS)
 
 up: coupon ## Stack + demo coupon, then serve the functions on 127.0.0.1:$LAMBDA_PORT (9000)
 	@$(ENV) echo "grab: curl -X POST http://127.0.0.1:$$LAMBDA_PORT/lambda-url/grab/coupons/demo/grab \\"
@@ -41,10 +51,18 @@ pump: ## Local SQS event source mapping + reconciler schedule (with make up)
 down: ## Stop what `make stack` started
 	@bash infra/stop.sh
 
-test: stack lint test-rust test-infra test-contract test-chaos ## Everything CI runs: lint, Rust tests, infra checks, API contract, a short fault pass
+test: stack lint test-rust test-engines test-infra test-contract test-chaos ## Everything CI runs: lint, Rust tests (on every engine), infra checks, API contract, a short fault pass
 
 test-rust:
 	@$(ENV) cargo test --workspace --all-targets
+
+test-engines: ## The integration tests again on every other engine of REDIS_ENGINES (a stack of its own ports)
+	@main=$$($(ENV) echo $$REDIS_ENGINE); for e in $(REDIS_ENGINES); do \
+	  [ "$$e" = "$$main" ] && continue; \
+	  echo "== the integration tests on $$e"; \
+	  REDIS_ENGINE=$$e bash infra/start.sh >/dev/null || exit 1; \
+	  (export REDIS_ENGINE=$$e; $(ENV) cargo test -p integration-tests --test integration) || exit 1; \
+	done
 
 test-infra:
 	@$(ENV) cfn-lint template.yaml
@@ -53,8 +71,8 @@ test-infra:
 	@$(ENV) SAM_CLI_TELEMETRY=0 sam validate --lint --region us-east-1 -t template.yaml >/dev/null
 	@$(ENV) python -m pytest -q infra/tests
 
-test-chaos: stack build ## The short pass of make chaos (five faults, small sales)
-	@$(ENV) python infra/chaos.py --short
+test-chaos: stack build ## The short pass of make chaos (five faults, small sales) on every engine
+	@$(ENV) python infra/chaos.py --short --engines $(ENGINE_LIST)
 
 test-contract: stack build ## The served functions against docs/openapi.yaml (schemathesis)
 	@$(ENV) python infra/contract.py

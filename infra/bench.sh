@@ -21,13 +21,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-redis-server --port "$BENCH_REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+"$REDIS_SERVER" --port "$BENCH_REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
   --dir "$state" --logfile "$state/redis.log" &
 pids+=($!)
 "$VENV/bin/python" infra/moto_server.py -H 127.0.0.1 -p "$BENCH_AWS_PORT" >"$state/moto.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
-  if redis-cli -p "$BENCH_REDIS_PORT" ping >/dev/null 2>&1 &&
+  if "$REDIS_CLI" -p "$BENCH_REDIS_PORT" ping >/dev/null 2>&1 &&
     curl -s -o /dev/null "http://127.0.0.1:$BENCH_AWS_PORT/"; then
     break
   fi
@@ -37,7 +37,7 @@ export AWS_ENDPOINT_URL="http://127.0.0.1:$BENCH_AWS_PORT"
 "$VENV/bin/python" infra/provision.py --env-file "$state/stack.env" >/dev/null
 set -a; . "$state/stack.env"; set +a
 export BENCH_REDIS_URL="redis://127.0.0.1:$BENCH_REDIS_PORT"
-if redis-cli -p "${REDIS_CLUSTER_PORTS%% *}" cluster info 2>/dev/null | grep -q cluster_state:ok; then
+if "$REDIS_CLI" -p "${REDIS_CLUSTER_PORTS%% *}" cluster info 2>/dev/null | grep -q cluster_state:ok; then
   export BENCH_CLUSTER_URL="$REDIS_CLUSTER_URL"
 fi
 

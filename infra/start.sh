@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Starts redis-server, a 3-master Redis Cluster and moto server on loopback
-# unless something already answers on their ports, then provisions the queues
-# and tables. Idempotent.
+# Starts a Redis server, a 3-master Redis Cluster (both of the engine
+# REDIS_ENGINE names: redis-server or valkey-server, each engine on ports of
+# its own) and moto server on loopback unless something already answers on
+# their ports, then provisions the queues and tables. Idempotent.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/infra/env.sh"
@@ -21,37 +22,54 @@ wait_for() {
   exit 1
 }
 
+# The engine of a server that answers on a port: "valkey" or "redis".
+engine_on() { "$REDIS_CLI" -p "$1" INFO server 2>/dev/null | grep -q '^valkey_version:' && echo valkey || echo redis; }
+
+# A server already on one of this engine's ports must be of this engine: a
+# test run that believes it tests Valkey must not be talking to Redis.
+check_engine() {
+  local found
+  found=$(engine_on "$1")
+  if [ "$found" != "$REDIS_ENGINE" ]; then
+    echo "port $1 is held by a $found server, but REDIS_ENGINE=$REDIS_ENGINE; stop it (make down) or choose other ports" >&2
+    exit 1
+  fi
+}
+
+e=$REDIS_ENGINE
 if ! listening "$REDIS_PORT"; then
-  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --daemonize yes \
+  "$REDIS_SERVER" --port "$REDIS_PORT" --bind 127.0.0.1 --daemonize yes \
     --save '' --appendonly no --dir "$state" \
-    --pidfile "$state/redis.pid" --logfile "$state/redis.log"
-  wait_for "$REDIS_PORT" redis-server "$state/redis.log"
-  echo "redis-server on 127.0.0.1:$REDIS_PORT"
+    --pidfile "$state/$e.pid" --logfile "$state/$e.log"
+  wait_for "$REDIS_PORT" "$REDIS_SERVER" "$state/$e.log"
+  echo "$REDIS_SERVER on 127.0.0.1:$REDIS_PORT"
 fi
+check_engine "$REDIS_PORT"
 
 # The cluster: three masters, no replicas, slots split evenly.
 cluster_ports=($REDIS_CLUSTER_PORTS)
 for port in "${cluster_ports[@]}"; do
   if ! listening "$port"; then
     rm -f "$state/cluster-$port.conf"
-    redis-server --port "$port" --bind 127.0.0.1 --daemonize yes \
+    "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 --daemonize yes \
       --cluster-enabled yes --cluster-config-file "cluster-$port.conf" \
       --save '' --appendonly no --dir "$state" \
-      --pidfile "$state/redis-$port.pid" --logfile "$state/redis-$port.log"
-    wait_for "$port" "redis-server (cluster node)" "$state/redis-$port.log"
+      --pidfile "$state/$e-$port.pid" --logfile "$state/$e-$port.log"
+    wait_for "$port" "$REDIS_SERVER (cluster node)" "$state/$e-$port.log"
   fi
+  check_engine "$port"
 done
-cluster_ok() { redis-cli -p "${cluster_ports[0]}" cluster info 2>/dev/null | grep -q 'cluster_state:ok'; }
+cluster_ok() { "$REDIS_CLI" -p "${cluster_ports[0]}" cluster info 2>/dev/null | grep -q 'cluster_state:ok'; }
 if ! cluster_ok; then
   nodes=()
   for port in "${cluster_ports[@]}"; do nodes+=("127.0.0.1:$port"); done
-  redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$state/cluster-create.log" 2>&1 || {
+  "$REDIS_CLI" --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$state/cluster-create.log" 2>&1 || {
     echo "could not create the Redis Cluster; see $state/cluster-create.log" >&2
     exit 1
   }
   for _ in $(seq 1 100); do cluster_ok && break; sleep 0.1; done
   cluster_ok || { echo "the Redis Cluster did not become ready" >&2; exit 1; }
-  echo "redis cluster on 127.0.0.1:${REDIS_CLUSTER_PORTS// /,}"
+  echo "$e cluster on 127.0.0.1:${REDIS_CLUSTER_PORTS// /,}"
 fi
 
 if ! listening "$AWS_PORT"; then

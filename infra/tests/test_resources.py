@@ -214,6 +214,60 @@ def test_a_win_waits_for_a_replica_in_aws():
     assert replicas["MinValue"] >= int(env["REDIS_REPLICA_ACKS"])
 
 
+def family_for(engine, version):
+    """What the parameter group's family expression evaluates to."""
+    expr = template()["Resources"]["RedisParameterGroup"]["Properties"]["CacheParameterGroupFamily"]
+    params = {"Engine": engine, "EngineVersion": version}
+
+    def ev(node):
+        if isinstance(node, str):
+            return node
+        (fn, arg), = node.items()
+        if fn == "Ref":
+            return params[arg]
+        if fn == "Join":
+            return arg[0].join(ev(x) for x in ev_list(arg[1]))
+        if fn == "Select":
+            return ev_list(arg[1])[int(arg[0])]
+        raise AssertionError(f"unexpected function {fn}")
+
+    def ev_list(node):
+        if isinstance(node, list):
+            return node
+        (fn, arg), = node.items()
+        assert fn == "Split", fn
+        return ev(arg[1]).split(arg[0])
+
+    return ev(expr)
+
+
+def test_the_operator_chooses_the_engine_and_the_parameter_group_follows_it():
+    """Both engines ElastiCache offers, each with the versions it offers,
+    and the parameter group family that matches (a Redis family on a Valkey
+    cluster fails the deployment); a pair ElastiCache does not offer is
+    refused by a rule before anything is created."""
+    tpl = template()
+    params = tpl["Parameters"]
+    assert set(params["Engine"]["AllowedValues"]) == {"redis", "valkey"}
+    offered = {}
+    for rule in tpl["Rules"].values():
+        cond = rule.get("RuleCondition", {}).get("Equals")
+        if cond and cond[0] == {"Ref": "Engine"}:
+            (contains,) = [a["Assert"]["Contains"] for a in rule["Assertions"]]
+            assert contains[1] == {"Ref": "EngineVersion"}
+            offered[cond[1]] = contains[0]
+    assert offered == {"redis": ["7.0", "7.1"], "valkey": ["7.2", "8.0", "8.1"]}
+    assert sorted(v for vs in offered.values() for v in vs) == sorted(params["EngineVersion"]["AllowedValues"])
+    assert params["EngineVersion"]["Default"] in offered[params["Engine"]["Default"]]
+    families = {(e, v): family_for(e, v) for e, vs in offered.items() for v in vs}
+    assert families == {
+        ("redis", "7.0"): "redis7", ("redis", "7.1"): "redis7",
+        ("valkey", "7.2"): "valkey7", ("valkey", "8.0"): "valkey8", ("valkey", "8.1"): "valkey8",
+    }
+    group = tpl["Resources"]["Redis"]["Properties"]
+    assert group["Engine"] == {"Ref": "Engine"} and group["EngineVersion"] == {"Ref": "EngineVersion"}
+
+
 def test_no_http_function_trusts_identity_headers_in_aws():
     resources = template()["Resources"]
     for name in ("GrabFunction", "WalletFunction"):

@@ -37,6 +37,48 @@ async fn a_win_is_success_only_once_a_replica_holds_it() {
     assert_eq!(retry.body["data"]["replayed"], true);
 }
 
+/// The retry that Valkey (and Redis from 7.2) answered SUCCESS: a win made
+/// while the replica lagged answers BUSY; the user's retry reaches another
+/// instance (after a Lambda timeout always a fresh process, so a fresh
+/// connection), whose admission finds the stored win and writes nothing.
+/// There a `WAIT` counts only the connection's own writes, so it answered
+/// at once, the grant was sent and the user told SUCCESS for a win no
+/// replica held. The wait now covers a write of its own made after the win.
+#[tokio::test]
+async fn a_retry_on_a_fresh_instance_is_success_only_once_a_replica_holds_the_win() {
+    let pair = ReplicaPair::start();
+    let h = Harness::with(on(&pair)).await;
+    let def = h.coupon(5);
+    let coupon = h.create(&def).await;
+    assert_eq!(h.grab(&coupon, "u1", "r1").await.code(), "SUCCESS");
+
+    pair.replica.signal("STOP");
+    let first = h.grab(&coupon, "u2", "r1").await;
+    assert_eq!(first.code(), "BUSY", "{}", first.body);
+
+    let fresh = Harness::with(Options {
+        key_prefix: Some(h.config.redis.key_prefix.clone()),
+        queue_url: Some(h.queue_url.clone()),
+        ..on(&pair)
+    })
+    .await;
+    fresh.own.lock().unwrap().insert(coupon.clone());
+    let retry = fresh.grab(&coupon, "u2", "r1").await;
+    assert_eq!(
+        (retry.status, retry.code()),
+        (503, "BUSY"),
+        "the replica still lags: {}",
+        retry.body
+    );
+    assert_eq!(fresh.metrics.total("GrantNotReplicated"), 1);
+    assert_eq!(h.receive().await.len(), 1, "nothing sent for the unacknowledged win");
+
+    pair.replica.signal("CONT");
+    let healed = fresh.grab(&coupon, "u2", "r1").await;
+    assert_eq!(healed.code(), "SUCCESS", "{}", healed.body);
+    assert_eq!(healed.body["data"]["replayed"], true);
+}
+
 /// The sequence that used to turn a SUCCESS into a REJECTED: the replica
 /// stopped receiving, the primary told a winner SUCCESS, the primary died
 /// and the replica took over without that win; the winner's retry won a

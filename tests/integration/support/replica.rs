@@ -2,11 +2,25 @@
 //! harness for faults a single redis-server cannot show (a replica that
 //! lags because it is stopped, a primary killed, the replica promoted; a
 //! server killed and restarted from a snapshot older than its last writes).
+//! The engine is the run's one setting, `REDIS_ENGINE` (infra/env.sh), as
+//! the binaries it names: `REDIS_SERVER` and `REDIS_CLI` (redis-server and
+//! redis-cli, or valkey-server and valkey-cli).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A redis-server process of the test's own, on a free loopback port.
+/// The server binary of the run's engine (`REDIS_SERVER`).
+fn server_binary() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+/// The command-line client of the run's engine (`REDIS_CLI`).
+fn cli_binary() -> String {
+    std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".into())
+}
+
+/// A server process of the test's own (the run's engine), on a free
+/// loopback port.
 pub struct Server {
     pub port: u16,
     child: Child,
@@ -41,7 +55,7 @@ impl Server {
     }
 
     fn spawn(port: u16, dir: &std::path::Path, replica_of: Option<u16>) -> Child {
-        let mut cmd = Command::new("redis-server");
+        let mut cmd = Command::new(server_binary());
         cmd.args([
             "--port",
             &port.to_string(),
@@ -59,7 +73,8 @@ impl Server {
         if let Some(primary) = replica_of {
             cmd.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
         }
-        cmd.spawn().expect("redis-server on the PATH (make stack installs it)")
+        cmd.spawn()
+            .unwrap_or_else(|e| panic!("{} on the PATH (make setup installs it): {e}", server_binary()))
     }
 
     pub fn url(&self) -> String {
@@ -68,11 +83,11 @@ impl Server {
 
     /// Runs a command on this server, waiting for nothing else.
     pub fn cmd(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
+        let out = Command::new(cli_binary())
             .args(["-p", &self.port.to_string()])
             .args(args)
             .output()
-            .expect("redis-cli");
+            .unwrap_or_else(|e| panic!("{}: {e}", cli_binary()));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 

@@ -82,6 +82,13 @@ impl ShardKeys {
     pub fn borrowing(&self) -> String {
         format!("{}:borrowing", self.tag)
     }
+    /// Written by a caller just before it waits for replicas (`WAIT`): a
+    /// write of the caller's own connection, so the wait covers every
+    /// earlier write of the shard on every engine (see
+    /// `RedisLedger::replicated`). Expires by itself.
+    pub fn fence(&self) -> String {
+        format!("{}:fence", self.tag)
+    }
     /// The stored outcome of one request. The user id is part of the key:
     /// request ids are scoped per user, and a request id cannot contain `:`,
     /// so `<user>:<request>` is unambiguous.
@@ -111,6 +118,7 @@ mod tests {
             shard.users(),
             shard.outbox(),
             shard.taken(),
+            shard.fence(),
             shard.request(&user, &req),
         ] {
             assert_eq!(hash_tag(&key), "cpn:c:3", "{key}");

@@ -12,6 +12,11 @@ use redis::AsyncCommands;
 use super::conn::{protocol, unavailable, Redis};
 use super::scripts::{evalsha, number, parse_recorded, run, GRAB, SETTLE, TAKE};
 
+/// How long a shard's WAIT fence outlives its last win: long enough to
+/// never be written and gone in one pipeline, short enough that a sale's
+/// fences are gone a minute after it.
+const FENCE_TTL_MS: u64 = 60_000;
+
 /// [`StockLedger`] on Redis.
 #[derive(Clone)]
 pub struct RedisLedger {
@@ -171,15 +176,25 @@ impl StockLedger for RedisLedger {
         if wanted == 0 {
             return Ok(true);
         }
-        // WAIT has no key; sent in one pipeline behind a read of the
-        // shard's meta key, it reaches the node that owns the shard's slot
-        // (on a cluster, the pipeline is routed by its first keyed command).
-        // It counts the replicas that acknowledged every earlier write of
-        // this connection, the win's script included.
+        // WAIT counts the replicas that acknowledged the connection's own
+        // last write. On Redis up to 7.0 any command moved that mark to the
+        // end of the replication stream; since Redis 7.2 and in Valkey only
+        // a write of this connection does. The decision being vouched for
+        // was often written by another connection (a retry that finds the
+        // stored win on a fresh instance, a concurrent duplicate, the
+        // sold-out memory's replay), so the pipeline writes first: the
+        // fence is on this shard after every write the shard has taken,
+        // the win included, and a replica that acknowledges it holds them
+        // all. Being keyed, the fence also routes the pipeline to the node
+        // that owns the shard's slot on a cluster.
         let mut conn = self.redis.conn.clone();
-        let (_, acked): (i64, i64) = redis::pipe()
-            .cmd("EXISTS")
-            .arg(self.redis.keys.shard(coupon, shard).meta())
+        let (acked,): (i64,) = redis::pipe()
+            .cmd("SET")
+            .arg(self.redis.keys.shard(coupon, shard).fence())
+            .arg(1)
+            .arg("PX")
+            .arg(FENCE_TTL_MS)
+            .ignore()
             .cmd("WAIT")
             .arg(wanted)
             .arg(self.redis.replica_ack_timeout_ms)

@@ -130,9 +130,9 @@ pub trait StockLedger: Send + Sync {
     /// Reads the stored outcome of a request id without changing anything.
     async fn recorded(&self, claim: &Claim<'_>) -> Result<Option<Recorded>, StoreError>;
     /// True once the configured number of replicas hold every write made so
-    /// far on `shard` (a win's record, stock and outbox entry), so a
-    /// failover to a replica cannot roll the decision back. Always true
-    /// when no replica is required.
+    /// far on `shard` (a win's record, stock and outbox entry), whichever
+    /// connection or instance made it, so a failover to a replica cannot
+    /// roll the decision back. Always true when no replica is required.
     async fn replicated(&self, coupon: &CouponId, shard: u32) -> Result<bool, StoreError>;
 }
 
