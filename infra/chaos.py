@@ -19,13 +19,25 @@ then DynamoDB is read and each scenario is judged on the users' side:
 
 Every figure but winners and issued must be 0, and issued must equal
 winners; the command prints a table, writes target/chaos/report.json, and
-exits non-zero otherwise.
+exits non-zero otherwise. Beside the promise, what the users could not do
+(`availability`): `busy` (answers that decided nothing: BUSY, a 5xx, a
+broken connection), `unavailable_ms` (the longest stretch of such answers
+between two decided ones) and `recovery_ms` (from the end of the fault to
+the first decided answer).
+
+Every scenario runs on each engine `--engines` names (`redis`: Redis OSS
+7.0, `valkey`: Valkey 8.0); the report holds
+`engines.<engine>-<version>.scenarios.<scenario>`.
 
     python infra/chaos.py                      every scenario
     python infra/chaos.py --only redis_flush   one (or a comma-separated list)
     python infra/chaos.py --short              the short pass CI runs
+    python infra/chaos.py --engines redis,valkey   on both engines (make chaos)
     python infra/chaos.py --replica-acks 0     wins not acknowledged by a
                                                replica: failover_rollback fails
+    python infra/chaos.py --replacement-seconds 60
+                                               the promoted primary alone for
+                                               a minute, as in ElastiCache
 
 The faults are real ones on this machine (infra/faults.py): SQS sends
 refused at the wire (an HTTP proxy between the functions and the endpoint
@@ -38,9 +50,9 @@ promoted and the endpoint moved to it); stock added while presses run; the
 coupon created again after Redis lost it; every message delivered twice;
 two reconcilers at once; poison messages on the grant queue.
 
-Redis for the run is its own primary and replica behind a TCP proxy that
-stands for ElastiCache's primary endpoint, and a win waits for one replica
-(REDIS_REPLICA_ACKS=1, as the template deploys it).
+Redis for the run is its own primary and replica (of the engine) behind a
+TCP proxy that stands for ElastiCache's primary endpoint, and a win waits
+for one replica (REDIS_REPLICA_ACKS=1, as the template deploys it).
 """
 import argparse
 import collections
@@ -62,7 +74,7 @@ import boto3
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import pump as pumpmod  # noqa: E402
 import report as reportmod  # noqa: E402
-from faults import LambdaHost, RedisPair, SqsFaults, env_file  # noqa: E402
+from faults import Engine, LambdaHost, RedisPair, SqsFaults, env_file  # noqa: E402
 from localenv import port  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -215,6 +227,7 @@ class Sale:
         self.codes = collections.Counter()
         self.lock = threading.Lock()
         self.pressed = 0
+        self.answers = []  # (answered, sent, code) in monotonic seconds, every answer a press heard
 
     def create(self):
         """Creates (or re-creates) the coupon as an operator's script does:
@@ -232,6 +245,7 @@ class Sale:
         """Presses until a final answer, retrying the same request id."""
         ip = f"198.18.{hash(user) % 200}.{hash(user) % 250}"
         for _ in range(80):
+            sent = time.monotonic()
             status, body = self.transport(self.coupon, user, ip, {"requestId": request_id})
             try:
                 payload = json.loads(body) if body else {}
@@ -240,6 +254,7 @@ class Sale:
             code = payload.get("code") or ("TRANSPORT_ERROR" if status == 0 else "GATEWAY_ERROR")
             with self.lock:
                 self.codes[code] += 1
+                self.answers.append((time.monotonic(), sent, code))
                 if code == "SUCCESS":
                     self.told[user].add(payload["data"]["grantId"])
             if code not in RETRYABLE:
@@ -365,6 +380,39 @@ def ledger(coupon):
     return held, rejected
 
 
+UNAVAILABLE = {"BUSY", "TRANSPORT_ERROR", "GATEWAY_ERROR"}
+
+
+def availability(answers, healed_at):
+    """What the users could not do, from every answer in the order heard:
+
+    - busy: answers that decided nothing (503 BUSY, a 5xx, a broken
+      connection);
+    - unavailable_ms: the longest stretch from an undecided answer to the
+      next decided one (any final answer, SUCCESS or a refusal such as
+      SOLD_OUT), in which presses heard only BUSY/5xx; a stretch still open
+      when the presses ended runs to the last answer;
+    - recovery_ms: from the end of the fault (`healed_at`, None when the
+      scenario has no fault with an end) to the first decided answer to a
+      press sent after it (an answer in flight across the fault proves
+      nothing)."""
+    answers = sorted(answers)
+    busy = sum(1 for _, _, code in answers if code in UNAVAILABLE)
+    longest, opened = 0.0, None
+    for at, _, code in answers:
+        if code in UNAVAILABLE:
+            opened = at if opened is None else opened
+        elif opened is not None:
+            longest, opened = max(longest, at - opened), None
+    if opened is not None:
+        longest = max(longest, answers[-1][0] - opened)
+    recovery = None
+    if healed_at is not None:
+        after = [at for at, sent, code in answers if sent >= healed_at and code not in UNAVAILABLE]
+        recovery = round(max(0.0, after[0] - healed_at) * 1000) if after else None
+    return {"busy": busy, "unavailable_ms": round(longest * 1000), "recovery_ms": recovery}
+
+
 def judge(sale, figures):
     held, rejected = ledger(sale.coupon)
     wallets = collections.defaultdict(set)
@@ -404,10 +452,13 @@ def scenario(name, rig, short, seed):
     people = [f"{name}-u{i}" for i in range(users)]
 
     began = time.monotonic()
+    healed = []  # when the fault ended (its last step), for recovery_ms
 
-    def note(what):
+    def note(what, ends_fault=False):
         injected.append({"atSecond": round(time.monotonic() - began, 2), "atPress": sum(sale.codes.values()),
                          "successes": sale.codes["SUCCESS"], "what": what})
+        if ends_fault:
+            healed.append(time.monotonic())
 
     hooks = {}
     if name == "sqs_outage":
@@ -416,25 +467,31 @@ def scenario(name, rig, short, seed):
             faults.refusing.set()
             time.sleep(3)
             faults.refusing.clear()
-            note(f"SQS takes sends again ({faults.refused} refused)")
+            note(f"SQS takes sends again ({faults.refused} refused)", ends_fault=True)
         hooks[0.2] = outage
     elif name in ("redis_flush", "concurrent_reconcilers"):
         def flush():
             redis_cli("FLUSHALL")
-            note("Redis FLUSHALL (every shard, outbox and record gone)")
+            note("Redis FLUSHALL (every shard, outbox and record gone)", ends_fault=True)
         hooks[0.3] = flush
     elif name == "recreate_after_loss":
         def recreate():
             redis_cli("FLUSHALL")
             note("Redis FLUSHALL")
             created = sale.create()
-            note(f"coupon created again (created={created['data']['created']})")
+            note(f"coupon created again (created={created['data']['created']})", ends_fault=True)
         hooks[0.3] = recreate
     elif name == "failover_rollback":
         def failover():
-            note("replication stalls (the replica lags); 2 s later the primary is killed, the replica promoted")
-            redis.fail_over(lag_seconds=2.0)
-            note("endpoint moved to the promoted replica; a new replica is in sync")
+            note("replication stalls (the replicas lag); 2 s later the primary is killed, a replica promoted")
+            redis.fail_over(
+                lag_seconds=2.0,
+                replacement_seconds=rig["replacement_seconds"],
+                promoted=lambda: note(f"endpoint moved to the promoted replica ({redis.replicas_left()} replica(s) "
+                                      f"left); the replacement node syncs {rig['replacement_seconds']:g} s later",
+                                      ends_fault=True),
+            )
+            note("the replacement replica is in sync")
         hooks[0.3] = failover
     elif name == "crash_after_decision":
         def crashes():
@@ -449,13 +506,13 @@ def scenario(name, rig, short, seed):
                 redis.proxy.holding.clear()
                 time.sleep(0.4)
             note(f"{killed} grab processes killed by PID between a Redis call and its answer "
-                 f"(8 rounds; {host.restarts} fresh processes started)")
+                 f"(8 rounds; {host.restarts} fresh processes started)", ends_fault=True)
         hooks[0.15] = crashes
     elif name == "poison_messages":
         def poison():
             for i in range(10):
                 issuance.pump.sqs.send_message(QueueUrl=issuance.pump.queue, MessageBody=f'{{"not":"a grant {i}"}}')
-            note("10 poison messages on the grant queue")
+            note("10 poison messages on the grant queue", ends_fault=True)
         hooks[0.3] = poison
 
     # A failover must land while units are still being won: arrivals spread
@@ -474,6 +531,7 @@ def scenario(name, rig, short, seed):
         host.close()
     figures = issuance.settle(sale.coupon)
     result = judge(sale, figures)
+    result.update(availability(sale.answers, healed[0] if healed else None))
     result["injected"] = injected
     # Repair requests grabs sent when they found the coupon's state gone,
     # handed to the reconciler by the pump (the repair queue's mapping).
@@ -489,52 +547,96 @@ SHORT = ["sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback
 ZERO = ["oversell", "duplicates", "lost", "rejected_after_success"]
 
 
-def main():
-    parser = argparse.ArgumentParser(description="One flash sale per fault.")
-    parser.add_argument("--only", help="comma-separated scenario names")
-    parser.add_argument("--short", action="store_true", help="the short pass: fewer scenarios, smaller sales")
-    parser.add_argument("--seed", type=int, default=20261130)
-    parser.add_argument("--replica-acks", type=int, default=1,
-                        help="REDIS_REPLICA_ACKS for the functions (0 shows failover_rollback failing)")
-    args = parser.parse_args()
-    names = args.only.split(",") if args.only else (SHORT if args.short else SCENARIOS)
-    unknown = set(names) - set(SCENARIOS)
-    if unknown:
-        sys.exit(f"unknown scenario(s): {', '.join(sorted(unknown))}; known: {', '.join(SCENARIOS)}")
-    (ROOT / ".local").mkdir(exist_ok=True)
-    sqs = SqsFaults(os.environ["AWS_ENDPOINT_URL"])
-    redis = RedisPair(ROOT / ".local" / "chaos-redis")
-    rig = {"sqs": sqs, "redis": redis, "env": function_env(sqs.url, redis.url(), args.replica_acks)}
+def stop_serving(proc):
+    """Stops cargo lambda watch and waits until its port is free again."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for _ in range(100):
+        try:
+            socket.create_connection((HOST, PORT), timeout=0.2).close()
+        except OSError:
+            return
+        time.sleep(0.1)
+
+
+def run_engine(engine, names, args, sqs):
+    """Every scenario in `names` on `engine`: its own primary and replica,
+    the functions served against them."""
+    redis = RedisPair(ROOT / ".local" / "chaos-redis", engine)
+    rig = {"sqs": sqs, "redis": redis, "env": function_env(sqs.url, redis.url(), args.replica_acks),
+           "replacement_seconds": args.replacement_seconds}
     results = {}
     try:
         proc = serve(rig["env"])
         try:
             for name in names:
-                print(f"== {name}", flush=True)
+                print(f"== {engine.label()} {name}", flush=True)
                 results[name] = scenario(name, rig, args.short, args.seed)
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
+            stop_serving(proc)
     finally:
         redis.stop()
+    return results
+
+
+def passed(r):
+    """The promise: every figure 0 and every SUCCESS issued."""
+    return all(r[k] == 0 for k in ZERO) and r["issued"] == r["winners"] and r["drift"] == 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description="One flash sale per fault.")
+    parser.add_argument("--only", help="comma-separated scenario names")
+    parser.add_argument("--short", action="store_true", help="the short pass: fewer scenarios, smaller sales")
+    parser.add_argument("--seed", type=int, default=20261130)
+    parser.add_argument("--engines", default=os.environ.get("REDIS_ENGINE", "redis"),
+                        help="comma-separated engines to run every scenario on: redis, valkey "
+                             "(default: REDIS_ENGINE, else redis)")
+    parser.add_argument("--replica-acks", type=int, default=1,
+                        help="REDIS_REPLICA_ACKS for the functions (0 shows failover_rollback failing)")
+    parser.add_argument("--replacement-seconds", type=float, default=0.0,
+                        help="failover_rollback: how long the promoted primary runs without a replica before "
+                             "the replacement node syncs (ElastiCache takes minutes; 60 shows what that costs)")
+    args = parser.parse_args()
+    names = args.only.split(",") if args.only else (SHORT if args.short else SCENARIOS)
+    unknown = set(names) - set(SCENARIOS)
+    if unknown:
+        sys.exit(f"unknown scenario(s): {', '.join(sorted(unknown))}; known: {', '.join(SCENARIOS)}")
+    try:
+        engines = [Engine(e) for e in args.engines.split(",")]
+    except (ValueError, RuntimeError) as e:
+        sys.exit(str(e))
+    (ROOT / ".local").mkdir(exist_ok=True)
+    sqs = SqsFaults(os.environ["AWS_ENDPOINT_URL"])
+    report = {"engines": {}}
+    for engine in engines:
+        report["engines"][engine.label()] = {"scenarios": run_engine(engine, names, args, sqs)}
     out = ROOT / "target" / "chaos" / "report.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    out.write_text(json.dumps(report, indent=2) + "\n")
 
-    cols = ["winners", "issued", *ZERO, "drift"]
-    print(f"\n  {'scenario':<24}" + "".join(f"{c:>24}" for c in cols))
-    failed = []
-    for name, r in results.items():
-        ok = all(r[k] == 0 for k in ZERO) and r["issued"] == r["winners"] and r["drift"] == 0
-        if not ok:
-            failed.append(name)
-        print(f"  {name:<24}" + "".join(f"{str(r[c]):>24}" for c in cols) + ("" if ok else "   <- FAILED"))
+    cols = ["winners", "issued", *ZERO, "drift", "busy", "unavailable_ms", "recovery_ms"]
+    width = 12
+    print(f"\n  {'engine':<12}{'scenario':<24}" + "".join(f"{c[:width - 1]:>{width}}" for c in cols))
+    failed, flat = [], {}
+    for label, run in report["engines"].items():
+        for name, r in run["scenarios"].items():
+            flat[f"{label} {name}"] = r
+            if not passed(r):
+                failed.append(f"{label} {name}")
+            print(f"  {label:<12}{name:<24}" + "".join(f"{str(r[c]):>{width}}" for c in cols)
+                  + ("" if passed(r) else "   <- FAILED"))
     page = out.with_suffix(".html")
-    page.write_text(reportmod.render_chaos(results, not failed), encoding="utf-8")
+    page.write_text(reportmod.render_chaos(flat, not failed), encoding="utf-8")
     print(f"\n  report: {out.relative_to(ROOT)}, charts: {page.relative_to(ROOT)}")
     if failed:
         print(f"  FAILED: {', '.join(failed)}")
         return 1
-    print("  OK: every SUCCESS is exactly one coupon, under every fault")
+    print(f"  OK: every SUCCESS is exactly one coupon, under every fault, on {', '.join(report['engines'])}")
     return 0
 
 

@@ -2,9 +2,10 @@
 
 - `SqsFaults`: an HTTP proxy between the functions and the SQS endpoint that
   answers SendMessage with 503 while told to (SQS unable to take a message).
-- `RedisPair`: a primary and a replica (real redis-server processes of the
-  run's own), failed over the way ElastiCache does it: the replica lags, the
-  primary dies, the replica is promoted, a new replica syncs from it.
+- `RedisPair`: a primary and a replica (real server processes of the run's
+  own, of either engine: `Engine("redis")` or `Engine("valkey")`), failed
+  over the way ElastiCache does it: the replica lags, the primary dies, the
+  replica is promoted, and a replacement replica syncs from it later.
 - `RedisProxy`: the endpoint the functions connect to (ElastiCache's primary
   endpoint, a DNS name that moves on failover). It forwards to the current
   primary, drops every connection when the primary changes, and can hold
@@ -99,15 +100,40 @@ class SqsFaults:
 
 # ---------------------------------------------------------------- Redis
 
-class RedisNode:
-    """One redis-server process of the run's own, controlled by its PID."""
+class Engine:
+    """One of the engines ElastiCache offers, as the binaries that run it:
+    `redis` (redis-server, redis-cli) or `valkey` (valkey-server,
+    valkey-cli). Their replication differs: since Redis 7.2 and in Valkey a
+    `WAIT` counts only the writes of the connection that sends it."""
 
-    def __init__(self, root, port=None, replica_of=None):
+    BINARIES = {"redis": ("redis-server", "redis-cli"), "valkey": ("valkey-server", "valkey-cli")}
+
+    def __init__(self, name):
+        if name not in self.BINARIES:
+            raise ValueError(f"unknown engine {name!r}; known: {', '.join(self.BINARIES)}")
+        self.name = name
+        self.server, self.cli = self.BINARIES[name]
+        if shutil.which(self.server) is None:
+            raise RuntimeError(f"{self.server} is not on the PATH: run make setup")
+
+    def label(self):
+        """`redis-7.0` or `valkey-8.0`: the engine and its version."""
+        out = subprocess.run([self.server, "--version"], capture_output=True, text=True, timeout=30).stdout
+        version = out.split("v=", 1)[1].split()[0] if "v=" in out else "unknown"
+        return f"{self.name}-{'.'.join(version.split('.')[:2])}"
+
+
+class RedisNode:
+    """One server process of the run's own (of `engine`), controlled by its
+    PID."""
+
+    def __init__(self, root, engine, port=None, replica_of=None):
+        self.engine = engine
         self.port = port or free_port()
-        self.dir = pathlib.Path(root) / f"redis-{self.port}"
+        self.dir = pathlib.Path(root) / f"{engine.name}-{self.port}"
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
-        args = ["redis-server", "--port", str(self.port), "--bind", HOST, "--save", "", "--appendonly", "no",
+        args = [engine.server, "--port", str(self.port), "--bind", HOST, "--save", "", "--appendonly", "no",
                 "--dir", str(self.dir)]
         if replica_of:
             args += ["--replicaof", HOST, str(replica_of)]
@@ -115,7 +141,8 @@ class RedisNode:
         self.wait_for(lambda info: "redis_version" in info, "to answer")
 
     def cli(self, *args):
-        out = subprocess.run(["redis-cli", "-p", str(self.port), *args], capture_output=True, text=True, timeout=30)
+        out = subprocess.run([self.engine.cli, "-p", str(self.port), *args], capture_output=True, text=True,
+                             timeout=30)
         return out.stdout
 
     def wait_for(self, ready, what, seconds=30):
@@ -124,7 +151,7 @@ class RedisNode:
             if ready(self.cli("INFO", "replication") + self.cli("INFO", "server")):
                 return
             time.sleep(0.05)
-        raise RuntimeError(f"redis-server on {self.port} did not come {what}")
+        raise RuntimeError(f"{self.engine.server} on {self.port} did not come {what}")
 
     def signal(self, sig):
         os.kill(self.proc.pid, sig)
@@ -141,11 +168,11 @@ class RedisPair:
     Multi-AZ is. The functions reach it through `proxy`; the replication
     stream runs through `link`, a proxy of its own, so it can lag."""
 
-    def __init__(self, root):
-        self.root = root
-        self.primary = RedisNode(root)
+    def __init__(self, root, engine):
+        self.root, self.engine = root, engine
+        self.primary = RedisNode(root, engine)
         self.link = RedisProxy(self.primary.port)
-        self.replica = RedisNode(root, replica_of=self.link.port)
+        self.replica = RedisNode(root, engine, replica_of=self.link.port)
         self.in_sync()
         self.proxy = RedisProxy(self.primary.port)
         self.failovers = 0
@@ -161,14 +188,21 @@ class RedisPair:
         """A command on the current primary (as an operator would run it)."""
         return self.primary.cli(*args)
 
-    def fail_over(self, lag_seconds):
+    def replicas_left(self):
+        """How many replicas the primary has now (0 between a failover and
+        the replacement's sync)."""
+        return 0 if self.replica is None else 1
+
+    def fail_over(self, lag_seconds, replacement_seconds=0.0, promoted=None):
         """The replication stream stalls in the network (the replica lags:
         every write from now on exists on the primary alone, and a `WAIT`
         sees no acknowledgement); `lag_seconds` later the primary is killed
         and what was in flight to the replica is lost with it; the replica
-        is promoted with what it had, the endpoint moves to it (every open
-        connection drops), and the old node comes back as a new, empty
-        replica that syncs from the new primary."""
+        is promoted with what it had and the endpoint moves to it (every
+        open connection drops; `promoted` is called then). The new primary
+        runs alone for `replacement_seconds` (ElastiCache replaces a failed
+        node minutes later), then the old node comes back as a new, empty
+        replica that syncs from it."""
         self.link.holding.set()
         time.sleep(lag_seconds)
         self.primary.signal(9)  # SIGKILL
@@ -177,11 +211,14 @@ class RedisPair:
         if "OK" not in self.replica.cli("REPLICAOF", "NO", "ONE"):
             raise RuntimeError("the replica refused promotion")
         old = self.primary
-        self.primary = self.replica
+        self.primary, self.replica = self.replica, None
         self.proxy.switch(self.primary.port)
         old.stop()
+        if promoted:
+            promoted()
+        time.sleep(replacement_seconds)
         self.link = RedisProxy(self.primary.port)
-        self.replica = RedisNode(self.root, port=old.port, replica_of=self.link.port)
+        self.replica = RedisNode(self.root, self.engine, port=old.port, replica_of=self.link.port)
         self.in_sync()
         self.failovers += 1
 
@@ -189,7 +226,8 @@ class RedisPair:
         self.proxy.close()
         self.link.close()
         for node in (self.primary, self.replica):
-            node.stop()
+            if node is not None:
+                node.stop()
 
 
 class RedisProxy:

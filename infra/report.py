@@ -268,7 +268,12 @@ def render_chaos(results, ok):
         },
     }
     summary = {
-        n: ", ".join(f"{k} {results[n][k]}" for k in ["winners", "issued", *ZERO, "drift"]) for n in names
+        n: ", ".join(
+            f"{k} {results[n][k]}"
+            for k in ["winners", "issued", *ZERO, "drift", "busy", "unavailable_ms", "recovery_ms"]
+            if k in results[n]
+        )
+        for n in names
     }
     faults = "".join(
         f"<h3>{html.escape(n)}</h3><ul>"
