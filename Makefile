@@ -61,7 +61,7 @@ test-engines: ## The integration tests again on every other engine of REDIS_ENGI
 	  [ "$$e" = "$$main" ] && continue; \
 	  echo "== the integration tests on $$e"; \
 	  REDIS_ENGINE=$$e bash infra/start.sh >/dev/null || exit 1; \
-	  (export REDIS_ENGINE=$$e; $(ENV) cargo test -p integration-tests --test integration) || exit 1; \
+	  (export REDIS_ENGINE=$$e; $(ENV) cargo test --workspace --test integration) || exit 1; \
 	done
 
 test-infra:

@@ -46,7 +46,9 @@ answer to them is held back at the endpoint (the grab runs under a minimal
 Lambda Runtime API that, like Lambda, fails the invocation and starts a
 fresh process); Redis flushed; a failover to a replica that lags (a real
 primary and replica: the replica stopped, the primary killed, the replica
-promoted and the endpoint moved to it); stock added while presses run; the
+promoted and the endpoint moved to it; and the same after a lag long enough
+for a win's BUSY to be retried on other instances); stock added while
+presses run; the
 coupon created again after Redis lost it; every message delivered twice;
 two reconcilers at once; poison messages on the grant queue.
 
@@ -481,11 +483,16 @@ def scenario(name, rig, short, seed):
             created = sale.create()
             note(f"coupon created again (created={created['data']['created']})", ends_fault=True)
         hooks[0.3] = recreate
-    elif name == "failover_rollback":
+    elif name in ("failover_rollback", "retry_during_lag"):
+        # retry_during_lag: the replica lags long enough for the BUSY of a
+        # win to be retried many times, on other instances (connections
+        # that wrote nothing), before the failover.
+        lag = 5.0 if name == "retry_during_lag" else 2.0
+
         def failover():
-            note("replication stalls (the replicas lag); 2 s later the primary is killed, a replica promoted")
+            note(f"replication stalls (the replica lags); {lag:g} s later the primary is killed, the replica promoted")
             redis.fail_over(
-                lag_seconds=2.0,
+                lag_seconds=lag,
                 replacement_seconds=rig["replacement_seconds"],
                 promoted=lambda: note(f"endpoint moved to the promoted replica ({redis.replicas_left()} replica(s) "
                                       f"left); the replacement node syncs {rig['replacement_seconds']:g} s later",
@@ -517,7 +524,7 @@ def scenario(name, rig, short, seed):
 
     # A failover must land while units are still being won: arrivals spread
     # over a few seconds instead of a burst that sells out in one.
-    sale.run_wave(people, 1, hooks, per_second=80 if name == "failover_rollback" else None)
+    sale.run_wave(people, 1, hooks, per_second=80 if name in ("failover_rollback", "retry_during_lag") else None)
     if name == "refill_during_sale":
         add = stock // 2
         status, _ = call("POST", f"/lambda-url/admin/admin/coupons/{sale.coupon}/stock", {"add": add},
@@ -541,7 +548,7 @@ def scenario(name, rig, short, seed):
 
 SCENARIOS = [
     "sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale",
-    "recreate_after_loss", "duplicate_delivery", "concurrent_reconcilers", "poison_messages",
+    "recreate_after_loss", "duplicate_delivery", "concurrent_reconcilers", "poison_messages", "retry_during_lag",
 ]
 SHORT = ["sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale"]
 ZERO = ["oversell", "duplicates", "lost", "rejected_after_success"]

@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 
+use coupon_domain::ids::CouponId;
 use coupon_domain::reconcile::ports::DurableFacts;
 
 use crate::support::{Harness, Options, ReplicaPair, Server};
@@ -17,10 +18,10 @@ fn on(pair: &ReplicaPair) -> Options {
     }
 }
 
-#[tokio::test]
-async fn a_win_is_success_only_once_a_replica_holds_it() {
-    let pair = ReplicaPair::start();
-    let h = Harness::with(on(&pair)).await;
+/// A sale on `pair` whose replica stopped (SIGSTOP) after one win it holds;
+/// `u2`'s press `r1` then wins on the primary alone and hears BUSY.
+async fn a_win_the_replica_lacks(pair: &ReplicaPair) -> (Harness, CouponId) {
+    let h = Harness::with(on(pair)).await;
     let def = h.coupon(5);
     let coupon = h.create(&def).await;
     assert_eq!(h.grab(&coupon, "u1", "r1").await.code(), "SUCCESS");
@@ -28,6 +29,13 @@ async fn a_win_is_success_only_once_a_replica_holds_it() {
     pair.replica.signal("STOP");
     let lagging = h.grab(&coupon, "u2", "r1").await;
     assert_eq!((lagging.status, lagging.code()), (503, "BUSY"), "{}", lagging.body);
+    (h, coupon)
+}
+
+#[tokio::test]
+async fn a_win_is_success_only_once_a_replica_holds_it() {
+    let pair = ReplicaPair::start();
+    let (h, coupon) = a_win_the_replica_lacks(&pair).await;
     assert_eq!(h.metrics.total("GrantNotReplicated"), 1);
     assert_eq!(h.receive().await.len(), 1, "nothing sent for the unacknowledged win");
 
@@ -47,14 +55,7 @@ async fn a_win_is_success_only_once_a_replica_holds_it() {
 #[tokio::test]
 async fn a_retry_on_a_fresh_instance_is_success_only_once_a_replica_holds_the_win() {
     let pair = ReplicaPair::start();
-    let h = Harness::with(on(&pair)).await;
-    let def = h.coupon(5);
-    let coupon = h.create(&def).await;
-    assert_eq!(h.grab(&coupon, "u1", "r1").await.code(), "SUCCESS");
-
-    pair.replica.signal("STOP");
-    let first = h.grab(&coupon, "u2", "r1").await;
-    assert_eq!(first.code(), "BUSY", "{}", first.body);
+    let (h, coupon) = a_win_the_replica_lacks(&pair).await;
 
     let fresh = Harness::with(Options {
         key_prefix: Some(h.config.redis.key_prefix.clone()),
