@@ -35,9 +35,10 @@ Every scenario runs on each engine `--engines` names (`redis`: Redis OSS
     python infra/chaos.py --engines redis,valkey   on both engines (make chaos)
     python infra/chaos.py --replica-acks 0     wins not acknowledged by a
                                                replica: failover_rollback fails
-    python infra/chaos.py --replacement-seconds 60
-                                               the promoted primary alone for
-                                               a minute, as in ElastiCache
+    python infra/chaos.py --replicas 1         one replica per primary: after
+                                               a failover every win is BUSY
+                                               until the replacement syncs
+                                               (--replacement-seconds, 60)
 
 The faults are real ones on this machine (infra/faults.py): SQS sends
 refused at the wire (an HTTP proxy between the functions and the endpoint
@@ -52,9 +53,11 @@ presses run; the
 coupon created again after Redis lost it; every message delivered twice;
 two reconcilers at once; poison messages on the grant queue.
 
-Redis for the run is its own primary and replica (of the engine) behind a
-TCP proxy that stands for ElastiCache's primary endpoint, and a win waits
-for one replica (REDIS_REPLICA_ACKS=1, as the template deploys it).
+Redis for the run is its own primary and two replicas (of the engine)
+behind a TCP proxy that stands for ElastiCache's primary endpoint, and a
+win waits for one replica (REDIS_REPLICA_ACKS=1 of two replicas, as the
+template deploys it); a failed primary's node comes back as a replica 60 s
+after the failover.
 """
 import argparse
 import collections
@@ -495,7 +498,7 @@ def scenario(name, rig, short, seed):
                 lag_seconds=lag,
                 replacement_seconds=rig["replacement_seconds"],
                 promoted=lambda: note(f"endpoint moved to the promoted replica ({redis.replicas_left()} replica(s) "
-                                      f"left); the replacement node syncs {rig['replacement_seconds']:g} s later",
+                                      f"in sync); the replacement node comes {rig['replacement_seconds']:g} s later",
                                       ends_fault=True),
             )
             note("the replacement replica is in sync")
@@ -573,7 +576,7 @@ def stop_serving(proc):
 def run_engine(engine, names, args, sqs):
     """Every scenario in `names` on `engine`: its own primary and replica,
     the functions served against them."""
-    redis = RedisPair(ROOT / ".local" / "chaos-redis", engine)
+    redis = RedisPair(ROOT / ".local" / "chaos-redis", engine, replicas=args.replicas)
     rig = {"sqs": sqs, "redis": redis, "env": function_env(sqs.url, redis.url(), args.replica_acks),
            "replacement_seconds": args.replacement_seconds}
     results = {}
@@ -605,9 +608,12 @@ def main():
                              "(default: REDIS_ENGINE, else redis)")
     parser.add_argument("--replica-acks", type=int, default=1,
                         help="REDIS_REPLICA_ACKS for the functions (0 shows failover_rollback failing)")
-    parser.add_argument("--replacement-seconds", type=float, default=0.0,
-                        help="failover_rollback: how long the promoted primary runs without a replica before "
-                             "the replacement node syncs (ElastiCache takes minutes; 60 shows what that costs)")
+    parser.add_argument("--replicas", type=int, default=2,
+                        help="replicas per primary (2, as the template deploys; 1 shows every win BUSY after a "
+                             "failover until the replacement node syncs)")
+    parser.add_argument("--replacement-seconds", type=float, default=60.0,
+                        help="failover_rollback: how long after the failover the failed node comes back as a "
+                             "replica (ElastiCache replaces a node minutes later)")
     args = parser.parse_args()
     names = args.only.split(",") if args.only else (SHORT if args.short else SCENARIOS)
     unknown = set(names) - set(SCENARIOS)

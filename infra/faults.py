@@ -2,10 +2,11 @@
 
 - `SqsFaults`: an HTTP proxy between the functions and the SQS endpoint that
   answers SendMessage with 503 while told to (SQS unable to take a message).
-- `RedisPair`: a primary and a replica (real server processes of the run's
-  own, of either engine: `Engine("redis")` or `Engine("valkey")`), failed
-  over the way ElastiCache does it: the replica lags, the primary dies, the
-  replica is promoted, and a replacement replica syncs from it later.
+- `RedisPair`: a primary and its replicas (real server processes of the
+  run's own, of either engine: `Engine("redis")` or `Engine("valkey")`;
+  two replicas, as deployed), failed over the way ElastiCache does it: the
+  replicas lag, the primary dies, the replica holding the most is promoted
+  and the other follows it, and a replacement replica syncs later.
 - `RedisProxy`: the endpoint the functions connect to (ElastiCache's primary
   endpoint, a DNS name that moves on failover). It forwards to the current
   primary, drops every connection when the primary changes, and can hold
@@ -164,22 +165,32 @@ class RedisNode:
 
 
 class RedisPair:
-    """A primary and one replica in sync: what an ElastiCache shard with
-    Multi-AZ is. The functions reach it through `proxy`; the replication
-    stream runs through `link`, a proxy of its own, so it can lag."""
+    """A primary and its replicas in sync (two by default, as the template
+    deploys: ElastiCache with Multi-AZ, two replicas per shard). The
+    functions reach the primary through `proxy`; each replica's replication
+    stream runs through a `link` of its own, so it can lag."""
 
-    def __init__(self, root, engine):
+    def __init__(self, root, engine, replicas=2):
         self.root, self.engine = root, engine
         self.primary = RedisNode(root, engine)
-        self.link = RedisProxy(self.primary.port)
-        self.replica = RedisNode(root, engine, replica_of=self.link.port)
+        self.links, self.replicas = [], []
+        for _ in range(replicas):
+            self.replicas.append(RedisNode(root, engine, replica_of=self.link_to_primary()))
         self.in_sync()
         self.proxy = RedisProxy(self.primary.port)
         self.failovers = 0
 
+    def link_to_primary(self):
+        """A new replication link to the current primary; its port."""
+        link = RedisProxy(self.primary.port)
+        self.links.append(link)
+        return link.port
+
     def in_sync(self):
-        self.replica.wait_for(lambda info: "master_link_status:up" in info, "in sync")
-        self.primary.wait_for(lambda info: "connected_slaves:1" in info, "to see its replica")
+        for replica in self.replicas:
+            replica.wait_for(lambda info: "master_link_status:up" in info, "in sync")
+        wanted = f"connected_slaves:{len(self.replicas)}"
+        self.primary.wait_for(lambda info: wanted in info, f"to see its {len(self.replicas)} replica(s)")
 
     def url(self):
         return f"redis://{HOST}:{self.proxy.port}"
@@ -189,45 +200,59 @@ class RedisPair:
         return self.primary.cli(*args)
 
     def replicas_left(self):
-        """How many replicas the primary has now (0 between a failover and
-        the replacement's sync)."""
-        return 0 if self.replica is None else 1
+        """How many replicas the primary has now."""
+        return len(self.replicas)
 
     def fail_over(self, lag_seconds, replacement_seconds=0.0, promoted=None):
-        """The replication stream stalls in the network (the replica lags:
+        """The replication streams stall in the network (the replicas lag:
         every write from now on exists on the primary alone, and a `WAIT`
         sees no acknowledgement); `lag_seconds` later the primary is killed
-        and what was in flight to the replica is lost with it; the replica
-        is promoted with what it had and the endpoint moves to it (every
-        open connection drops; `promoted` is called then). The new primary
-        runs alone for `replacement_seconds` (ElastiCache replaces a failed
-        node minutes later), then the old node comes back as a new, empty
-        replica that syncs from it."""
-        self.link.holding.set()
+        and what was in flight to the replicas is lost with it. The replica
+        holding the most is promoted (as a cluster's election ranks
+        replicas by offset), the other replicas follow it, and the endpoint
+        moves to it (every open connection drops; `promoted` is called once
+        the followers are in sync). The failed node comes back as a new,
+        empty replica `replacement_seconds` later (ElastiCache replaces a
+        failed node minutes later)."""
+        for link in self.links:
+            link.holding.set()
         time.sleep(lag_seconds)
         self.primary.signal(9)  # SIGKILL
         self.primary.proc.wait()
-        self.link.close()
-        if "OK" not in self.replica.cli("REPLICAOF", "NO", "ONE"):
+        for link in self.links:
+            link.close()
+        self.links = []
+
+        def offset(node):
+            info = node.cli("INFO", "replication")
+            return int(next((line.split(":")[1] for line in info.splitlines()
+                             if line.startswith("master_repl_offset:")), "0"))
+
+        best = max(self.replicas, key=offset)
+        if "OK" not in best.cli("REPLICAOF", "NO", "ONE"):
             raise RuntimeError("the replica refused promotion")
-        old = self.primary
-        self.primary, self.replica = self.replica, None
+        old, followers = self.primary, [r for r in self.replicas if r is not best]
+        self.primary, self.replicas = best, []
         self.proxy.switch(self.primary.port)
         old.stop()
+        for node in followers:
+            if "OK" not in node.cli("REPLICAOF", HOST, str(self.link_to_primary())):
+                raise RuntimeError("a replica refused its new primary")
+            self.replicas.append(node)
+        self.in_sync()
         if promoted:
             promoted()
         time.sleep(replacement_seconds)
-        self.link = RedisProxy(self.primary.port)
-        self.replica = RedisNode(self.root, self.engine, port=old.port, replica_of=self.link.port)
+        self.replicas.append(RedisNode(self.root, self.engine, port=old.port, replica_of=self.link_to_primary()))
         self.in_sync()
         self.failovers += 1
 
     def stop(self):
         self.proxy.close()
-        self.link.close()
-        for node in (self.primary, self.replica):
-            if node is not None:
-                node.stop()
+        for link in self.links:
+            link.close()
+        for node in (self.primary, *self.replicas):
+            node.stop()
 
 
 class RedisProxy:
@@ -274,6 +299,8 @@ class RedisProxy:
                     break
                 while replies and self.holding.is_set() and pair in self.pairs:
                     time.sleep(0.005)
+                if pair not in self.pairs:
+                    break  # dropped while held: what it held is lost with it
                 dst.sendall(data)
         except OSError:
             pass

@@ -204,14 +204,21 @@ def test_the_alarms_watch_what_the_design_says():
     assert '"ReconcileDriftTotal"' in text and '"GrantRejected"' in text
 
 
-def test_a_win_waits_for_a_replica_in_aws():
+def test_a_win_waits_for_a_replica_in_aws_and_one_is_left_after_a_failover():
     """A SUCCESS survives a failover: the grab waits for a replica's
-    acknowledgement, and every shard has a replica to give it."""
+    acknowledgement, every shard has a replica to give it, and, as deployed
+    by default and in prod, one more, so that a failover (which promotes a
+    replica) leaves one to acknowledge and wins are not BUSY for the
+    minutes ElastiCache takes to replace the failed node."""
     resources = template()["Resources"]
     env = resources["GrabFunction"]["Properties"]["Environment"]["Variables"]
-    assert int(env["REDIS_REPLICA_ACKS"]) >= 1
+    acks = int(env["REDIS_REPLICA_ACKS"])
+    assert acks >= 1
     replicas = template()["Parameters"]["RedisReplicasPerShard"]
-    assert replicas["MinValue"] >= int(env["REDIS_REPLICA_ACKS"])
+    assert replicas["MinValue"] >= acks
+    assert replicas["Default"] >= acks + 1
+    prod = re.search(r"RedisReplicasPerShard=(\d+)", (ROOT / "samconfig.toml").read_text())
+    assert prod and int(prod.group(1)) >= acks + 1
 
 
 def family_for(engine, version):

@@ -8,9 +8,9 @@ use std::collections::HashSet;
 use coupon_domain::ids::CouponId;
 use coupon_domain::reconcile::ports::DurableFacts;
 
-use crate::support::{Harness, Options, ReplicaPair, Server};
+use crate::support::{Harness, Options, ReplicaSet, Server};
 
-fn on(pair: &ReplicaPair) -> Options {
+fn on(pair: &ReplicaSet) -> Options {
     Options {
         redis_url: Some(pair.primary.url()),
         replica_acks: 1,
@@ -18,15 +18,15 @@ fn on(pair: &ReplicaPair) -> Options {
     }
 }
 
-/// A sale on `pair` whose replica stopped (SIGSTOP) after one win it holds;
+/// A sale on `pair` whose replicas stopped (SIGSTOP) after one win they hold;
 /// `u2`'s press `r1` then wins on the primary alone and hears BUSY.
-async fn a_win_the_replica_lacks(pair: &ReplicaPair) -> (Harness, CouponId) {
+async fn a_win_the_replica_lacks(pair: &ReplicaSet) -> (Harness, CouponId) {
     let h = Harness::with(on(pair)).await;
     let def = h.coupon(5);
     let coupon = h.create(&def).await;
     assert_eq!(h.grab(&coupon, "u1", "r1").await.code(), "SUCCESS");
 
-    pair.replica.signal("STOP");
+    pair.stop_replicas();
     let lagging = h.grab(&coupon, "u2", "r1").await;
     assert_eq!((lagging.status, lagging.code()), (503, "BUSY"), "{}", lagging.body);
     (h, coupon)
@@ -34,12 +34,12 @@ async fn a_win_the_replica_lacks(pair: &ReplicaPair) -> (Harness, CouponId) {
 
 #[tokio::test]
 async fn a_win_is_success_only_once_a_replica_holds_it() {
-    let pair = ReplicaPair::start();
+    let pair = ReplicaSet::start();
     let (h, coupon) = a_win_the_replica_lacks(&pair).await;
     assert_eq!(h.metrics.total("GrantNotReplicated"), 1);
     assert_eq!(h.receive().await.len(), 1, "nothing sent for the unacknowledged win");
 
-    pair.replica.signal("CONT");
+    pair.resume_replicas();
     let retry = h.grab(&coupon, "u2", "r1").await;
     assert_eq!(retry.code(), "SUCCESS", "{}", retry.body);
     assert_eq!(retry.body["data"]["replayed"], true);
@@ -54,7 +54,7 @@ async fn a_win_is_success_only_once_a_replica_holds_it() {
 /// replica held. The wait now covers a write of its own made after the win.
 #[tokio::test]
 async fn a_retry_on_a_fresh_instance_is_success_only_once_a_replica_holds_the_win() {
-    let pair = ReplicaPair::start();
+    let pair = ReplicaSet::start();
     let (h, coupon) = a_win_the_replica_lacks(&pair).await;
 
     let fresh = Harness::with(Options {
@@ -74,7 +74,7 @@ async fn a_retry_on_a_fresh_instance_is_success_only_once_a_replica_holds_the_wi
     assert_eq!(fresh.metrics.total("GrantNotReplicated"), 1);
     assert_eq!(h.receive().await.len(), 1, "nothing sent for the unacknowledged win");
 
-    pair.replica.signal("CONT");
+    pair.resume_replicas();
     let healed = fresh.grab(&coupon, "u2", "r1").await;
     assert_eq!(healed.code(), "SUCCESS", "{}", healed.body);
     assert_eq!(healed.body["data"]["replayed"], true);
@@ -83,10 +83,12 @@ async fn a_retry_on_a_fresh_instance_is_success_only_once_a_replica_holds_the_wi
 /// The sequence that used to turn a SUCCESS into a REJECTED: the replica
 /// stopped receiving, the primary told a winner SUCCESS, the primary died
 /// and the replica took over without that win; the winner's retry won a
-/// second unit under the same ordinal, and the issuer rejected one.
+/// second unit under the same ordinal, and the issuer rejected one. After
+/// the failover wins are still acknowledged (the other replica follows the
+/// new primary), so the sale sells its last unit at once.
 #[tokio::test]
 async fn a_failover_to_a_replica_that_lagged_loses_no_success() {
-    let pair = ReplicaPair::start();
+    let pair = ReplicaSet::start();
     let h = Harness::with(on(&pair)).await;
     let def = h.coupon(3);
     let coupon = h.create(&def).await;
@@ -109,7 +111,10 @@ async fn a_failover_to_a_replica_that_lagged_loses_no_success() {
         redis_url: Some(pair.replica.url()),
         key_prefix: Some(prefix),
         queue_url: Some(h.queue_url.clone()),
-        replica_acks: 0, // the new primary has no replica yet
+        // As deployed: the second replica follows the new primary and
+        // acknowledges, so the sale goes on without waiting for a
+        // replacement node.
+        replica_acks: 1,
         ..Options::without_ip_limit()
     })
     .await;

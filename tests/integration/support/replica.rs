@@ -121,34 +121,68 @@ impl Drop for Server {
     }
 }
 
-/// A primary and one replica in sync.
-pub struct ReplicaPair {
+/// A primary and two replicas in sync: a shard as the template deploys it
+/// (a win waits for one replica, so a failover leaves one to acknowledge).
+pub struct ReplicaSet {
     pub primary: Server,
+    /// The replica a failover promotes.
     pub replica: Server,
+    /// The other replica, which follows the promoted one.
+    pub second: Server,
 }
 
-impl ReplicaPair {
+impl ReplicaSet {
     pub fn start() -> Self {
         let primary = Server::start(None);
         let replica = Server::start(Some(primary.port));
-        replica.wait_for(|info| info.contains("master_link_status:up"), "in sync");
-        primary.wait_for(|info| info.contains("connected_slaves:1"), "to see its replica");
-        Self { primary, replica }
+        let second = Server::start(Some(primary.port));
+        for r in [&replica, &second] {
+            r.wait_for(|info| info.contains("master_link_status:up"), "in sync");
+        }
+        primary.wait_for(|info| info.contains("connected_slaves:2"), "to see its replicas");
+        Self {
+            primary,
+            replica,
+            second,
+        }
     }
 
-    /// The replica stops receiving (a partition between the two): it keeps
-    /// what it had, and every write the primary takes from now on exists on
-    /// the primary alone.
+    /// Every replica stops (SIGSTOP): they lag behind every write from now on.
+    pub fn stop_replicas(&self) {
+        self.replica.signal("STOP");
+        self.second.signal("STOP");
+    }
+
+    /// The replicas run again and catch up.
+    pub fn resume_replicas(&self) {
+        self.replica.signal("CONT");
+        self.second.signal("CONT");
+    }
+
+    /// The replicas stop receiving (a partition between them and the
+    /// primary): they keep what they had, and every write the primary takes
+    /// from now on exists on the primary alone.
     pub fn partition(&self) {
-        assert!(self.replica.cmd(&["REPLICAOF", "NO", "ONE"]).contains("OK"));
+        for r in [&self.replica, &self.second] {
+            assert!(r.cmd(&["REPLICAOF", "NO", "ONE"]).contains("OK"));
+        }
         self.primary
-            .wait_for(|info| info.contains("connected_slaves:0"), "to lose its replica");
+            .wait_for(|info| info.contains("connected_slaves:0"), "to lose its replicas");
     }
 
-    /// What a failover does after a partition: the primary dies, and the
-    /// replica, with whatever it had received, is the primary now.
+    /// What a failover does after a partition: the primary dies, `replica`
+    /// (with whatever it had received) is the primary now, and `second`
+    /// follows it, so wins are acknowledged again at once.
     pub fn fail_over(&self) {
         self.primary.signal("KILL");
+        let port = self.replica.port.to_string();
+        assert!(self.second.cmd(&["REPLICAOF", "127.0.0.1", &port]).contains("OK"));
+        self.second.wait_for(
+            |info| info.contains("master_link_status:up"),
+            "following the new primary",
+        );
+        self.replica
+            .wait_for(|info| info.contains("connected_slaves:1"), "to see its replica");
     }
 }
 
