@@ -219,6 +219,9 @@ def test_a_win_waits_for_a_replica_in_aws_and_one_is_left_after_a_failover():
     assert replicas["Default"] >= acks + 1
     prod = re.search(r"RedisReplicasPerShard=(\d+)", (ROOT / "samconfig.toml").read_text())
     assert prod and int(prod.group(1)) >= acks + 1
+    # The reconciler re-drives a grant only once as many replicas hold it.
+    reconciler = resources["ReconcilerFunction"]["Properties"]["Environment"]["Variables"]
+    assert int(reconciler["REDIS_REPLICA_ACKS"]) == acks
 
 
 def family_for(engine, version):

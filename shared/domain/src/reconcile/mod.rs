@@ -31,7 +31,7 @@
 //! issuer's conditional writes, a trim only removes confirmed entries, and a
 //! restore never overwrites a shard that has state.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use tracing::{info, instrument, warn};
@@ -348,6 +348,7 @@ impl Reconciler {
         }
         r.rejected = rejections.len() as u64;
         r.issued = self.ports.facts.issued(coupon).await?;
+        self.keep_unreplicated(def, &mut to_redrive, &mut r).await;
         if !to_redrive.is_empty() {
             match self.ports.redrive.redrive(&to_redrive).await {
                 Ok(n) => r.redriven = n as u64,
@@ -414,6 +415,48 @@ impl Reconciler {
         Ok(())
     }
 
+    /// Leaves out of `grants` every grant whose shards (the unit's, and the
+    /// user's home shard, which holds the request's record and the user's
+    /// count) no replica has acknowledged: a failover now would roll them
+    /// back, and a coupon issued for one would hold a unit the promoted
+    /// replica sells again. They stay in the outbox for the next run.
+    async fn keep_unreplicated(&self, def: &CouponDefinition, grants: &mut Vec<Grant>, r: &mut CouponReport) {
+        let mut acked: HashMap<u32, bool> = HashMap::new();
+        let mut kept = 0;
+        let mut sendable = Vec::with_capacity(grants.len());
+        for grant in grants.drain(..) {
+            let mut ok = true;
+            for shard in [grant.shard, home_shard(&grant.user_id, def.shards)] {
+                let held = match acked.get(&shard) {
+                    Some(&held) => held,
+                    None => {
+                        let held = match self.ports.ledger.replicated(&def.coupon_id, shard).await {
+                            Ok(held) => held,
+                            Err(e) => {
+                                warn!(shard, error = %e, "replica acknowledgement unknown; re-drive waits");
+                                false
+                            }
+                        };
+                        acked.insert(shard, held);
+                        held
+                    }
+                };
+                ok &= held;
+            }
+            if ok {
+                sendable.push(grant);
+            } else {
+                kept += 1;
+            }
+        }
+        *grants = sendable;
+        if kept > 0 {
+            r.causes.push(format!(
+                "{kept} grant(s) not re-driven: no replica acknowledged their shard yet; the next run tries again"
+            ));
+        }
+    }
+
     async fn finish_stale_borrow(
         &self,
         def: &CouponDefinition,
@@ -470,6 +513,7 @@ impl Reconciler {
         // operator took the coupon offline, added stock) is what the lost
         // shards come back with, at its version, never an older one.
         let latest = self.ports.facts.stored(coupon).await?.unwrap_or_else(|| stored.clone());
+        let marks = self.ports.facts.high_water(coupon).await?;
         let mut restored = 0;
         for (&shard, share) in missing.iter().zip(figures::split(restorable, missing.len())) {
             let holders: Vec<(UserId, u32)> = holdings
@@ -478,9 +522,13 @@ impl Reconciler {
                 .map(|(u, c)| (u.clone(), *c))
                 .collect();
             // New grant ids start at the current time in ms: far above any
-            // sequence the lost shard minted, and small enough (13 digits)
-            // that Lua's `%.14g` number formatting keeps it exact.
-            let seq_base = now.max(0) as u64;
+            // sequence the lost shard minted since it was created, and small
+            // enough (13 digits) that Lua's `%.14g` number formatting keeps
+            // it exact. A shard rebuilt before started at the time then and
+            // may have minted more grants than milliseconds have passed:
+            // never below its durable mark, the highest sequence issued.
+            let mark = marks.get(&shard).copied().unwrap_or(0);
+            let seq_base = (now.max(0) as u64).max(mark + 1);
             if self
                 .ports
                 .repair

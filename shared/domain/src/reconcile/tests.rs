@@ -24,6 +24,10 @@ struct World {
 }
 
 fn world() -> World {
+    world_with(ScriptedLedger::default())
+}
+
+fn world_with(ledger: ScriptedLedger) -> World {
     let facts = Arc::new(MemoryFacts::default());
     let shards = Arc::new(MemoryShards::default());
     let queue = Arc::new(FakeRedrive::default());
@@ -32,7 +36,7 @@ fn world() -> World {
         ReconcilePorts {
             facts: facts.clone(),
             repair: shards.clone(),
-            ledger: Arc::new(ScriptedLedger::default()),
+            ledger: Arc::new(ledger),
             redrive: queue.clone(),
             blacklist: facts.clone(),
             flags: shards.clone(),
@@ -396,4 +400,52 @@ async fn a_shard_rolled_back_behind_issued_grants_is_dropped_and_rebuilt() {
     // The next pass finds the rebuilt shard ahead of the mark: nothing to do.
     let again = w.reconciler.coupon(&def, NOW).await.unwrap();
     assert_eq!((again.shards_rolled_back, again.shards_rebuilt), (0, 0));
+}
+
+/// A shard rebuilt once starts its sequence at the time then; a hot sale
+/// can then mint more grants than milliseconds pass, so when it is lost
+/// again its durable mark may be ahead of the clock. Starting at "now"
+/// would mint grant ids already issued.
+#[tokio::test]
+async fn a_shard_rebuilt_again_starts_its_sequence_above_its_mark_even_when_the_clock_is_behind_it() {
+    let w = world();
+    let def = coupon(10, 1);
+    let mark = NOW as u64 + 5_000;
+    w.facts.issue(&grant(mark, 0, "u1", NOW - 90_000));
+    w.facts
+        .high_water
+        .lock()
+        .unwrap()
+        .insert(def.coupon_id.clone(), HashMap::from([(0, mark)]));
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!(r.shards_rebuilt, 1, "{r:?}");
+    let rebuilt = w.shards.state(&def.coupon_id, 0).expect("rebuilt");
+    assert!(
+        rebuilt.seq > mark,
+        "the next grant id ({}) must be above every issued one ({mark})",
+        rebuilt.seq
+    );
+}
+
+/// A grant whose shard no replica has acknowledged (the replica lags; a
+/// failover now would promote it without the grant) is not re-driven yet:
+/// issued, it would be a coupon for a unit the promoted replica sells
+/// again, and for a user who may never have been told SUCCESS.
+#[tokio::test]
+async fn a_stale_grant_is_re_driven_only_once_a_replica_holds_its_shard() {
+    let w = world_with(ScriptedLedger {
+        unreplicated: true,
+        ..ScriptedLedger::default()
+    });
+    let def = coupon(10, 1);
+    w.shards.put(&def.coupon_id, 0, 7);
+    w.shards.push(&grant(2, 0, "u2", NOW - 60_000));
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert!(w.queue.sent.lock().unwrap().is_empty(), "nothing re-driven");
+    assert_eq!((r.pending, r.redriven), (1, 0));
+    assert!(r.causes.iter().any(|c| c.contains("no replica")), "{:?}", r.causes);
 }
