@@ -508,7 +508,24 @@ impl Reconciler {
         let def = &stored.definition;
         let coupon = &def.coupon_id;
         let restorable = figures::restorable(def.total_stock, held, r);
+        // Who holds what comes from the by-coupon index, which DynamoDB
+        // reads only eventually consistently, and reads now, as the queue
+        // has just drained: the index is at its furthest behind. A holder
+        // it misses would come back with a count one short and win their
+        // own ordinal again. The counters (read consistently, just before)
+        // say how many coupons it must list; until it lists them all, the
+        // lost shards wait.
+        let counted = self.ports.facts.issued(coupon).await?;
         let holdings = self.ports.facts.holdings(coupon).await?;
+        let indexed: u64 = holdings.values().map(|&n| u64::from(n)).sum();
+        if indexed < counted {
+            r.shards_waiting = missing.len() as u32;
+            r.causes.push(format!(
+                "{} shard(s) have no Redis state; the by-coupon index lists {indexed} of the {counted} coupon(s) issued, so the rebuild waits for it to catch up",
+                missing.len()
+            ));
+            return Ok(());
+        }
         // The definition as it is now: a change made during this pass (an
         // operator took the coupon offline, added stock) is what the lost
         // shards come back with, at its version, never an older one.
