@@ -6,7 +6,8 @@
 -- Shard layout (hash tag T = {cpn:<coupon>:<shard>}):
 --   T:meta    hash   definition copy, stock, token bucket, seq, epoch, soldout
 --   T:users   hash   user id -> number of claims whose home is this shard
---   T:req:<user>:<requestId>  string  the stored outcome of one request
+--   T:req:<user>:<requestId>  string  the stored outcome of one request (a win's is
+--                                     restored by restore_requests.lua after a loss)
 --   T:outbox  stream one entry per grant made from this shard's stock
 --   T:taken   hash   "<ordinal>:<user>" -> grant record, for borrows (dedup)
 --   T:borrowing zset "<requestId>:<user>" -> reserved at (ms), open borrows

@@ -529,3 +529,38 @@ async fn a_borrow_whose_record_expired_gives_its_claim_back_once() {
         .unwrap();
     assert_eq!(counted, None, "given back once, never below zero");
 }
+
+/// A press told SUCCESS whose answer never reached the user is retried
+/// with the same request id, after Redis lost everything. The request's
+/// outcome lived only in Redis, so the retry was decided afresh: with a
+/// per-user limit above 1 the same request earned a second coupon. The
+/// coupon's item carries its request, and the rebuild restores the
+/// outcome: the retry replays the same grant.
+#[tokio::test]
+async fn a_retry_after_redis_lost_everything_replays_its_grant_and_earns_no_second_coupon() {
+    let h = Harness::with(Options::without_ip_limit()).await;
+    let mut def = h.coupon(10);
+    def.per_user_limit = 2;
+    def.shards = 2;
+    let coupon = h.create(&def).await;
+    let first = h.grab(&coupon, "u1", "press-1").await;
+    assert_eq!(first.code(), "SUCCESS", "{}", first.body);
+    let grant = first.grant_id().unwrap();
+    h.pump().await;
+
+    h.flush_redis().await;
+    let report = h.reconcile(&def).await;
+    assert_eq!(report.shards_rebuilt, 2, "{report:?}");
+
+    let retry = h.grab(&coupon, "u1", "press-1").await;
+    assert_eq!(retry.code(), "SUCCESS", "{}", retry.body);
+    assert_eq!(retry.grant_id().unwrap(), grant, "the same grant, replayed");
+    assert_eq!(retry.body["data"]["replayed"], true);
+    let second = h.grab(&coupon, "u1", "press-2").await;
+    assert_eq!(second.code(), "SUCCESS", "a new press may still win the second");
+    assert_ne!(second.grant_id().unwrap(), grant);
+    h.pump().await;
+    let held: HashSet<String> = h.coupons_of("u1").await.into_iter().map(|c| c.grant_id).collect();
+    assert_eq!(held, HashSet::from([grant, second.grant_id().unwrap()]));
+    assert!(h.facts().rejections(&coupon).await.unwrap().is_empty());
+}

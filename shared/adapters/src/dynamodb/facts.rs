@@ -7,15 +7,32 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::KeysAndAttributes;
 use coupon_domain::coupon::{CouponDefinition, StoredCoupon};
 use coupon_domain::error::StoreError;
-use coupon_domain::grant::Grant;
-use coupon_domain::ids::{CouponId, UserId};
-use coupon_domain::issuance::{Holdings, RejectReason};
+use coupon_domain::grant::{Grant, GrantRecord};
+use coupon_domain::ids::{CouponId, RequestId, UserId};
+use coupon_domain::issuance::{Held, Holdings, RejectReason};
 use coupon_domain::reconcile::ports::{DurableFacts, RejectedGrant};
 
 use super::items::{
     coupon_pk, get_n, get_s, n, parse_definition, s, unavailable, user_coupon_sk, user_pk, Item, Tables,
     BY_COUPON_INDEX,
 };
+
+/// One user coupon item as the rebuild needs it: the request that won it
+/// and its grant, when the item records them (items issued before they were
+/// recorded count, with no outcome to restore).
+fn held(item: &Item) -> Held {
+    let outcome = (|| {
+        let request = RequestId::parse(get_s(item, "request_id")?).ok()?;
+        let record = GrantRecord {
+            grant_id: get_s(item, "grant_id")?.to_owned(),
+            ordinal: get_n(item, "ordinal")?,
+            shard: get_n(item, "shard")?,
+            granted_at_ms: get_n(item, "granted_at_ms")?,
+        };
+        Some((request, record))
+    })();
+    Held { outcome }
+}
 
 /// [`DurableFacts`] on DynamoDB.
 #[derive(Debug, Clone)]
@@ -139,7 +156,7 @@ impl DurableFacts for DynamoFacts {
         let mut holdings = Holdings::new();
         for item in &items {
             if let Some(user) = get_s(item, "user_id").and_then(|u| UserId::parse(u).ok()) {
-                *holdings.entry(user).or_default() += 1;
+                holdings.entry(user).or_default().push(held(item));
             }
         }
         Ok(holdings)

@@ -63,6 +63,12 @@ impl DynamoIssueLedger {
             ("user_id".to_owned(), s(grant.user_id.as_str())),
             ("ordinal".to_owned(), n(grant.ordinal)),
             ("grant_id".to_owned(), s(grant.grant_id.clone())),
+            // What the request that won it was answered: after Redis lost
+            // everything, the rebuild restores it, so a retry of that
+            // request replays this grant instead of winning another.
+            ("request_id".to_owned(), s(grant.request_id.as_str())),
+            ("shard".to_owned(), n(grant.shard)),
+            ("granted_at_ms".to_owned(), n(grant.granted_at_ms)),
             ("status".to_owned(), s("UNUSED")),
             ("name".to_owned(), s(def.name.clone())),
             ("amount".to_owned(), n(def.amount)),

@@ -5,14 +5,15 @@
 use async_trait::async_trait;
 use coupon_domain::coupon::StoredCoupon;
 use coupon_domain::error::StoreError;
-use coupon_domain::grant::Grant;
+use coupon_domain::grant::{Grant, GrantRecord};
 use coupon_domain::ids::{CouponId, RequestId, UserId};
+use coupon_domain::issuance::Held;
 use coupon_domain::reconcile::ports::{OutboxEntry, StockRepair};
 use redis::AsyncCommands;
 
 use super::conn::{protocol, unavailable, Redis};
 use super::preheat::meta_fields;
-use super::scripts::{BUMP_EPOCH, DROP_IF_BEHIND, RESTORE_USERS};
+use super::scripts::{BUMP_EPOCH, DROP_IF_BEHIND, RESTORE_REQUESTS, RESTORE_USERS};
 
 /// [`StockRepair`] on Redis.
 #[derive(Clone)]
@@ -96,7 +97,7 @@ impl StockRepair for RedisRepair {
         shard: u32,
         stock: u64,
         seq_base: u64,
-        holders: &[(UserId, u32)],
+        holders: &[(UserId, Vec<Held>)],
         now_ms: i64,
     ) -> Result<bool, StoreError> {
         let def = &coupon.definition;
@@ -104,8 +105,27 @@ impl StockRepair for RedisRepair {
         for chunk in holders.chunks(500) {
             let mut invocation = RESTORE_USERS.key(k.meta());
             invocation.key(k.users());
-            for (user, count) in chunk {
-                invocation.arg(user.as_str()).arg(*count);
+            for (user, held) in chunk {
+                invocation.arg(user.as_str()).arg(held.len());
+            }
+            let mut conn = self.redis.conn.clone();
+            let reply: String = invocation.invoke_async(&mut conn).await.map_err(unavailable)?;
+            if reply == "EXISTS" {
+                return Ok(false);
+            }
+        }
+        let outcomes: Vec<(&UserId, &RequestId, &GrantRecord)> = holders
+            .iter()
+            .flat_map(|(user, held)| {
+                held.iter()
+                    .filter_map(move |h| h.outcome.as_ref().map(|(request, record)| (user, request, record)))
+            })
+            .collect();
+        for chunk in outcomes.chunks(200) {
+            let mut invocation = RESTORE_REQUESTS.key(k.meta());
+            invocation.arg(self.redis.outcome_ttl_ms);
+            for (user, request, record) in chunk {
+                invocation.key(k.request(user, request)).arg(record.encode());
             }
             let mut conn = self.redis.conn.clone();
             let reply: String = invocation.invoke_async(&mut conn).await.map_err(unavailable)?;

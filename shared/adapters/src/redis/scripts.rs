@@ -35,6 +35,8 @@ pub(super) static RISK_IP: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/risk_reserve_ip.lua")));
 pub(super) static RESTORE_USERS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/restore_users.lua")));
+pub(super) static RESTORE_REQUESTS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../../lua/restore_requests.lua")));
 pub(super) static BUMP_EPOCH: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/bump_epoch.lua")));
 pub(super) static APPLY_SETTINGS: LazyLock<Script> =

@@ -16,8 +16,8 @@ use tracing::{instrument, warn};
 use crate::catalog::CouponRepository;
 use crate::coupon::CouponDefinition;
 use crate::error::{BoxError, StoreError};
-use crate::grant::Grant;
-use crate::ids::{CouponId, UserId};
+use crate::grant::{Grant, GrantRecord};
+use crate::ids::{CouponId, RequestId, UserId};
 use crate::metrics::{Metric, Metrics};
 
 pub mod ports;
@@ -327,8 +327,35 @@ impl ClassifyName for serde_json::Error {
     }
 }
 
-/// Who holds how many of a coupon, for rebuilding per-user counts.
-pub type Holdings = HashMap<UserId, u32>;
+/// Who holds which coupons of a coupon, as the rebuild needs them: how many
+/// per user (the per-user counts) and, per coupon, the request that won it
+/// (so a retry of that request replays its grant after Redis lost it).
+pub type Holdings = HashMap<UserId, Vec<Held>>;
+
+/// One coupon a user holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The request that won it and what that request was answered, or
+    /// `None` for a coupon issued before items recorded their request.
+    pub outcome: Option<(RequestId, GrantRecord)>,
+}
+
+impl Held {
+    /// What DynamoDB holds of `grant` once it is issued.
+    pub fn of(grant: &Grant) -> Self {
+        Self {
+            outcome: Some((
+                grant.request_id.clone(),
+                GrantRecord {
+                    grant_id: grant.grant_id.clone(),
+                    ordinal: grant.ordinal,
+                    shard: grant.shard,
+                    granted_at_ms: grant.granted_at_ms,
+                },
+            )),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

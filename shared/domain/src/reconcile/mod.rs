@@ -45,6 +45,7 @@ use crate::grab::ports::{BorrowEnd, Claim, Recorded, StockLedger};
 use crate::grab::{finish_borrow, home_shard};
 use crate::grant::Grant;
 use crate::ids::{CouponId, UserId};
+use crate::issuance::Held;
 use crate::metrics::{Metric, Metrics};
 
 mod figures;
@@ -517,7 +518,7 @@ impl Reconciler {
         // lost shards wait.
         let counted = self.ports.facts.issued(coupon).await?;
         let holdings = self.ports.facts.holdings(coupon).await?;
-        let indexed: u64 = holdings.values().map(|&n| u64::from(n)).sum();
+        let indexed: u64 = holdings.values().map(|held| held.len() as u64).sum();
         if indexed < counted {
             r.shards_waiting = missing.len() as u32;
             r.causes.push(format!(
@@ -533,10 +534,10 @@ impl Reconciler {
         let marks = self.ports.facts.high_water(coupon).await?;
         let mut restored = 0;
         for (&shard, share) in missing.iter().zip(figures::split(restorable, missing.len())) {
-            let holders: Vec<(UserId, u32)> = holdings
+            let holders: Vec<(UserId, Vec<Held>)> = holdings
                 .iter()
                 .filter(|(user, _)| home_shard(user, def.shards) == shard)
-                .map(|(u, c)| (u.clone(), *c))
+                .map(|(u, held)| (u.clone(), held.clone()))
                 .collect();
             // New grant ids start at the current time in ms: far above any
             // sequence the lost shard minted since it was created, and small

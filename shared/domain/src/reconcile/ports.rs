@@ -9,7 +9,7 @@ use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::{PublishError, StoreError};
 use crate::grant::Grant;
 use crate::ids::{CouponId, RequestId, UserId};
-use crate::issuance::{Holdings, RejectReason};
+use crate::issuance::{Held, Holdings, RejectReason};
 
 /// One outbox entry: a grant and its stream sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,9 +64,11 @@ pub trait StockRepair: Send + Sync {
     async fn outbox(&self, coupon: &CouponId, shard: u32) -> Result<Vec<OutboxEntry>, StoreError>;
     /// Deletes confirmed entries.
     async fn trim(&self, coupon: &CouponId, shard: u32, seqs: &[u64]) -> Result<(), StoreError>;
-    /// Rebuilds a lost shard: per-user counts first, then its definition (at
-    /// its stored version, so an older change can never be applied over it)
-    /// and `stock`, which reopens it. Never touches a shard that has state.
+    /// Rebuilds a lost shard: per-user counts and the outcome of every
+    /// request that won a coupon the holders hold (`holders`, the users
+    /// homed on this shard) first, then its definition (at its stored
+    /// version, so an older change can never be applied over it) and
+    /// `stock`, which reopens it. Never touches a shard that has state.
     /// `Ok(false)` if the shard had state (another run rebuilt it).
     async fn restore_shard(
         &self,
@@ -74,7 +76,7 @@ pub trait StockRepair: Send + Sync {
         shard: u32,
         stock: u64,
         seq_base: u64,
-        holders: &[(UserId, u32)],
+        holders: &[(UserId, Vec<Held>)],
         now_ms: i64,
     ) -> Result<bool, StoreError>;
     /// Drops a shard's state (stock, counts, outbox, borrows) if its grant

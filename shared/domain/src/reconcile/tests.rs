@@ -495,4 +495,18 @@ async fn a_rebuild_waits_for_an_index_that_lags_behind_the_counters() {
     let rebuilt = w.shards.state(&def.coupon_id, 0).unwrap();
     assert_eq!(rebuilt.users.iter().map(|(_, n)| n).sum::<u32>(), 2);
     assert_eq!(rebuilt.stock, 8);
+    let mut answered: Vec<(String, String)> = rebuilt
+        .outcomes
+        .iter()
+        .map(|(u, (request, record))| (format!("{u}/{request}"), record.grant_id.clone()))
+        .collect();
+    answered.sort();
+    assert_eq!(
+        answered,
+        vec![
+            ("u1/r-u1".to_owned(), "c1-0-1".to_owned()),
+            ("u2/r-u2".to_owned(), "c1-0-2".to_owned())
+        ],
+        "each holder's winning request answers its grant again"
+    );
 }

@@ -11,9 +11,9 @@ use crate::admin::{AuditEntry, LiveSettings, ShardApply};
 use crate::blacklist::{BlacklistFlags, BlacklistRecord};
 use crate::coupon::{CouponDefinition, CouponStatus, StoredCoupon};
 use crate::error::{PublishError, StoreError};
-use crate::grant::Grant;
+use crate::grant::{Grant, GrantRecord};
 use crate::ids::{CouponId, RequestId, UserId};
-use crate::issuance::Holdings;
+use crate::issuance::{Held, Holdings};
 use crate::reconcile::ports::{DurableFacts, OutboxEntry, Redrive, RejectedGrant, StockRepair};
 
 /// What DynamoDB would know, and the durable blacklist.
@@ -47,14 +47,14 @@ impl MemoryFacts {
     pub fn issue(&self, grant: &Grant) {
         *self.issued.lock().unwrap().entry(grant.coupon_id.clone()).or_default() += 1;
         self.issued_grants.lock().unwrap().insert(grant.grant_id.clone());
-        *self
-            .holdings
+        self.holdings
             .lock()
             .unwrap()
             .entry(grant.coupon_id.clone())
             .or_default()
             .entry(grant.user_id.clone())
-            .or_default() += 1;
+            .or_default()
+            .push(Held::of(grant));
     }
 }
 
@@ -140,6 +140,8 @@ pub struct ShardState {
     pub epochs: u32,
     /// Per-user claim counts (set by a restore).
     pub users: Vec<(UserId, u32)>,
+    /// Request outcomes (set by a restore): who, which request, what it won.
+    pub outcomes: Vec<(UserId, (RequestId, GrantRecord))>,
     /// The shard's grant sequence (the last one minted).
     pub seq: u64,
 }
@@ -216,7 +218,7 @@ impl StockRepair for MemoryShards {
         shard: u32,
         stock: u64,
         seq_base: u64,
-        holders: &[(UserId, u32)],
+        holders: &[(UserId, Vec<Held>)],
         _now_ms: i64,
     ) -> Result<bool, StoreError> {
         let mut shards = self.shards.lock().unwrap();
@@ -228,7 +230,11 @@ impl StockRepair for MemoryShards {
             key,
             ShardState {
                 stock: stock as i64,
-                users: holders.to_vec(),
+                users: holders.iter().map(|(u, held)| (u.clone(), held.len() as u32)).collect(),
+                outcomes: holders
+                    .iter()
+                    .flat_map(|(u, held)| held.iter().filter_map(|h| h.outcome.clone()).map(|o| (u.clone(), o)))
+                    .collect(),
                 version: coupon.version,
                 status: Some(coupon.definition.status),
                 seq: seq_base,
