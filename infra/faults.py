@@ -348,6 +348,7 @@ class Environment:
         self.host, self.index = host, index
         self.current = None  # (request id, reply queue) of the invocation in flight
         self.generation = 0  # one per process started
+        self.spent = -1  # the generation that served its one invocation (recycle)
         self.lock = threading.Lock()
         self.proc = None
         env = self
@@ -365,8 +366,9 @@ class Environment:
                 generation = env.generation
                 while True:
                     # A poll from a process that has since been killed must
-                    # not take an event: nobody would answer it.
-                    if env.generation != generation or host.closed:
+                    # not take an event: nobody would answer it. Nor one from
+                    # a process that served its one invocation (recycle).
+                    if env.generation != generation or host.closed or env.spent == generation:
                         return
                     try:
                         event, reply = host.inbox.get(timeout=0.1)
@@ -405,6 +407,9 @@ class Environment:
                 self.send_response(202)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+                if current is not None and host.recycle:
+                    env.spent = env.generation
+                    env.kill()  # the next invocation meets a fresh process
 
         self.server = http.server.ThreadingHTTPServer((HOST, 0), RuntimeApi)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -444,10 +449,14 @@ class Environment:
 
 
 class LambdaHost:
-    """`count` environments of one function binary sharing one event queue."""
+    """`count` environments of one function binary sharing one event queue;
+    with `recycle`, each process serves one invocation and is replaced."""
 
-    def __init__(self, name, binary, env, log, count=4):
+    def __init__(self, name, binary, env, log, count=4, recycle=False):
         self.name, self.binary, self.env, self.log = name, binary, env, log
+        # Every invocation on a fresh process (a cold start each time): what
+        # a retry meets after Lambda recycled the instance that answered.
+        self.recycle = recycle
         self.inbox = queue.Queue()
         self.closed = False
         self.restarts = 0
