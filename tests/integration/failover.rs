@@ -39,8 +39,13 @@ async fn a_win_is_success_only_once_a_replica_holds_it() {
     assert_eq!(h.metrics.total("GrantNotReplicated"), 1);
     assert_eq!(h.receive().await.len(), 1, "nothing sent for the unacknowledged win");
 
+    replayed_once_the_replicas_catch_up(&pair, &h, &coupon).await;
+}
+
+/// The replicas resume; `u2`'s press `r1`, retried on `h`, replays its win.
+async fn replayed_once_the_replicas_catch_up(pair: &ReplicaSet, h: &Harness, coupon: &CouponId) {
     pair.resume_replicas();
-    let retry = h.grab(&coupon, "u2", "r1").await;
+    let retry = h.grab(coupon, "u2", "r1").await;
     assert_eq!(retry.code(), "SUCCESS", "{}", retry.body);
     assert_eq!(retry.body["data"]["replayed"], true);
 }
@@ -74,10 +79,7 @@ async fn a_retry_on_a_fresh_instance_is_success_only_once_a_replica_holds_the_wi
     assert_eq!(fresh.metrics.total("GrantNotReplicated"), 1);
     assert_eq!(h.receive().await.len(), 1, "nothing sent for the unacknowledged win");
 
-    pair.resume_replicas();
-    let healed = fresh.grab(&coupon, "u2", "r1").await;
-    assert_eq!(healed.code(), "SUCCESS", "{}", healed.body);
-    assert_eq!(healed.body["data"]["replayed"], true);
+    replayed_once_the_replicas_catch_up(&pair, &fresh, &coupon).await;
 }
 
 /// The sequence that used to turn a SUCCESS into a REJECTED: the replica

@@ -73,6 +73,16 @@ impl GrantRecord {
         )
     }
 
+    /// The record of `grant`: what its request is answered with.
+    pub fn of(grant: &Grant) -> Self {
+        Self {
+            grant_id: grant.grant_id.clone(),
+            ordinal: grant.ordinal,
+            shard: grant.shard,
+            granted_at_ms: grant.granted_at_ms,
+        }
+    }
+
     /// The full grant, given who asked.
     pub fn into_grant(self, coupon_id: CouponId, user_id: UserId, request_id: RequestId) -> Grant {
         Grant {

@@ -344,15 +344,7 @@ impl Held {
     /// What DynamoDB holds of `grant` once it is issued.
     pub fn of(grant: &Grant) -> Self {
         Self {
-            outcome: Some((
-                grant.request_id.clone(),
-                GrantRecord {
-                    grant_id: grant.grant_id.clone(),
-                    ordinal: grant.ordinal,
-                    shard: grant.shard,
-                    granted_at_ms: grant.granted_at_ms,
-                },
-            )),
+            outcome: Some((grant.request_id.clone(), GrantRecord::of(grant))),
         }
     }
 }
