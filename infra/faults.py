@@ -31,6 +31,7 @@ import queue
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -341,6 +342,16 @@ def env_file(path):
     return values
 
 
+class QuietServer(http.server.ThreadingHTTPServer):
+    """The Runtime API's server: a process killed mid-request (a crash, or
+    a recycled process) resets its connection, which is the point of the
+    scenario, not an error to print."""
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
+
+
 class Environment:
     """One execution environment: a process and the Runtime API it polls."""
 
@@ -411,7 +422,7 @@ class Environment:
                     env.spent = env.generation
                     env.kill()  # the next invocation meets a fresh process
 
-        self.server = http.server.ThreadingHTTPServer((HOST, 0), RuntimeApi)
+        self.server = QuietServer((HOST, 0), RuntimeApi)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.start()
         threading.Thread(target=self.supervise, daemon=True).start()
