@@ -21,6 +21,9 @@
 --   {'NOT_FOUND'} {'OFFLINE'} {'NOT_STARTED', startMs} {'ENDED'}
 --   {'NOT_ELIGIBLE', minLevel} {'ALREADY_CLAIMED'} {'SOLD_OUT'}
 --   {'RATE_LIMITED', retryAfterMs}
+--   {'UNVERIFIED'}          (commit or whole) the server restarted since the
+--                           shard was verified: BUSY until the reconciler
+--                           has checked it (verify.lua)
 -- Only WIN and BORROW store a record; rejections store nothing, so a retry
 -- after a rejection is decided afresh (as Stripe does for requests that
 -- never began executing).
@@ -70,6 +73,9 @@ if rate > 0 and step ~= 'commit' then
   redis.call('HSET', meta, 'tokens', tostring(tokens - 1), 'bucket_ms', last)
 end
 if step == 'admit' then return {'ADMITTED'} end
+-- A claim writes what sells (a unit, or a reservation that borrows one):
+-- never on state a restart may have rolled back (lib.lua, verified()).
+if not verified(meta) then return {'UNVERIFIED'} end
 
 local ordinal = claimed + 1
 redis.call('HINCRBY', users, user, 1)

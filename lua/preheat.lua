@@ -10,5 +10,6 @@ if existing then
   if existing == ARGV[1] then return 'EXISTS' end
   return 'CONFLICT'
 end
-redis.call('HSET', meta, 'fingerprint', ARGV[1], unpack(ARGV, 2))
+-- Stamped with the replication history it is written on (lib.lua).
+redis.call('HSET', meta, 'fingerprint', ARGV[1], 'run', (history()), unpack(ARGV, 2))
 return 'CREATED'

@@ -9,7 +9,8 @@
 --       6 'OFFLINE' or 'ENDED' when a donor found the coupon closed, else ''
 -- Returns {'DONE', record} | {'GONE'} (the reservation is no longer there)
 --       | {'MISSING'} (the home shard has no state: lost or dropped, and not
---         rebuilt yet; nothing is changed, the borrow stays open)
+--         rebuilt yet; or its server restarted and the reconciler has not
+--         verified it yet: nothing is changed, the borrow stays open)
 local meta, users, req, outbox, borrowing = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local user, request_id, now, ttl, donor, closed = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 
@@ -17,6 +18,8 @@ local user, request_id, now, ttl, donor, closed = ARGV[1], ARGV[2], ARGV[3], ARG
 -- back keeps its request keys): settling there would count against, or
 -- stamp, state that is about to be rebuilt. Wait for the rebuild.
 if redis.call('EXISTS', meta) == 0 then return {'MISSING'} end
+-- Nor on state a restart may have rolled back, until it is verified.
+if not verified(meta) then return {'MISSING'} end
 
 local listed = redis.call('ZREM', borrowing, request_id .. ':' .. user)
 local current = redis.call('GET', req)

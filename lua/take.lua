@@ -3,6 +3,7 @@
 -- KEYS: 1 meta, 2 outbox, 3 taken
 -- ARGV: 1 user id, 2 ordinal, 3 request id, 4 now (ms)
 -- Returns {'WIN', record} | {'EMPTY'} | {'NOT_FOUND'} | {'CLOSED', reason}
+--       | {'UNVERIFIED'} (the server restarted since the shard was verified)
 -- CLOSED ('OFFLINE' or 'ENDED'): the coupon is no longer on sale, so no unit
 -- is taken, whenever the borrow runs (a retry, the reconciler finishing it
 -- after its caller died).
@@ -18,6 +19,8 @@ if not m[1] then return {'NOT_FOUND'} end
 if m[2] ~= 'ONLINE' then return {'CLOSED', 'OFFLINE'} end
 if tonumber(now) >= tonumber(m[3]) then return {'CLOSED', 'ENDED'} end
 if tonumber(m[1]) <= 0 then return {'EMPTY'} end
+-- Not from state a restart may have rolled back (lib.lua, verified()).
+if not verified(meta) then return {'UNVERIFIED'} end
 
 local record = issue(meta, outbox, user, ordinal, request_id, now)
 redis.call('HSET', taken, field, record)

@@ -147,11 +147,13 @@ async fn a_failover_to_a_replica_that_lagged_loses_no_success() {
 /// Redis restarted from a snapshot older than its last writes (a node that
 /// persists by RDB crashing; a restore): the grants minted after the
 /// snapshot were issued, but the shard has forgotten them and would sell
-/// their units again (the last winners told SUCCESS, then REJECTED at the
-/// DynamoDB cap). The issuer keeps each shard's high-water mark durably;
-/// the reconciler finds the shard behind it, drops it and rebuilds it from
-/// DynamoDB: nothing issued is offered again, and new grant ids never
-/// repeat issued ones.
+/// their units again under the same grant ids (the winners told SUCCESS,
+/// then REJECTED at the DynamoDB cap). Its sequence cannot say so once new
+/// presses have moved it past the durable mark, so the restart itself
+/// closes the shard: new users pressing before any reconciliation hear
+/// BUSY. The reconciler then finds the shard behind its mark, drops it and
+/// rebuilds it from DynamoDB: nothing issued is offered again, and new
+/// grant ids never repeat issued ones.
 #[tokio::test]
 async fn a_shard_restarted_from_an_old_snapshot_never_sells_issued_units_again() {
     let mut server = Server::standalone();
@@ -178,6 +180,10 @@ async fn a_shard_restarted_from_an_old_snapshot_never_sells_issued_units_again()
 
     server.restart_from_snapshot();
     wait_for_redis(&h).await;
+    for i in 0..3 {
+        let early = h.grab(&coupon, &format!("early-{i}"), "r").await;
+        assert_eq!((early.status, early.code()), (503, "BUSY"), "{}", early.body);
+    }
     let report = h.reconcile(&def).await;
     assert_eq!(
         (report.shards_rolled_back, report.shards_rebuilt, report.restored),
@@ -195,7 +201,12 @@ async fn a_shard_restarted_from_an_old_snapshot_never_sells_issued_units_again()
     }
     let mut late = Vec::new();
     for i in 0..4 {
-        let pressed = h.grab(&coupon, &format!("late-{i}"), "r").await;
+        let who = if i < 3 {
+            format!("early-{i}")
+        } else {
+            format!("late-{i}")
+        };
+        let pressed = h.grab(&coupon, &who, "again").await;
         if pressed.code() == "SUCCESS" {
             late.push(pressed.body["data"]["grantId"].as_str().unwrap().to_owned());
         }
@@ -209,6 +220,52 @@ async fn a_shard_restarted_from_an_old_snapshot_never_sells_issued_units_again()
         "no SUCCESS turned REJECTED"
     );
     assert_eq!(h.reconcile(&def).await.drift, 0);
+}
+
+/// A restart that lost nothing (the snapshot taken after the last grant, an
+/// AOF) looks the same from inside Redis: the shard waits for its check,
+/// is found to hold every issued grant, and sells on from where it was,
+/// nothing dropped or rebuilt.
+#[tokio::test]
+async fn a_shard_restarted_with_every_grant_sells_again_once_checked_and_loses_nothing() {
+    let mut server = Server::standalone();
+    let h = Harness::with(Options {
+        redis_url: Some(server.url()),
+        ..Options::without_ip_limit()
+    })
+    .await;
+    let mut def = h.coupon(4);
+    def.shards = 1;
+    let coupon = h.create(&def).await;
+    let mut told = HashSet::new();
+    for i in 0..2 {
+        let won = h.grab(&coupon, &format!("u{i}"), "r").await;
+        told.insert(won.body["data"]["grantId"].as_str().unwrap().to_owned());
+    }
+    h.pump().await;
+    assert!(server.cmd(&["SAVE"]).contains("OK"));
+    server.restart_from_snapshot();
+    wait_for_redis(&h).await;
+
+    assert_eq!(h.grab(&coupon, "u2", "r").await.code(), "BUSY");
+    assert_eq!(h.reconcile(&def).await.shards_waiting, 1);
+    h.clock.advance(5_000);
+    let report = h.reconcile(&def).await;
+    assert_eq!(
+        (report.shards_waiting, report.shards_rolled_back, report.shards_rebuilt),
+        (0, 0, 0),
+        "{report:?}"
+    );
+    assert_eq!(h.grab(&coupon, "u0", "again").await.code(), "ALREADY_CLAIMED");
+    for i in 2..4 {
+        let won = h.grab(&coupon, &format!("u{i}"), "r").await;
+        assert_eq!(won.code(), "SUCCESS", "{}", won.body);
+        assert!(told.insert(won.body["data"]["grantId"].as_str().unwrap().to_owned()));
+    }
+    assert_eq!(h.grab(&coupon, "u9", "r").await.code(), "SOLD_OUT");
+    h.pump().await;
+    assert_eq!(h.facts().issued(&coupon).await.unwrap(), 4);
+    assert!(h.facts().rejections(&coupon).await.unwrap().is_empty());
 }
 
 /// Until the restarted server answers (the client reconnects on its own).

@@ -160,6 +160,7 @@ pub fn settings(config: &Config) -> ReconcileSettings {
         grace_ms: config.grace_ms,
         retention_ms: config.retention_hours * 3_600_000,
         backlog_ms: config.backlog_ms,
+        send_window_ms: config.send_window_ms,
     }
 }
 

@@ -79,7 +79,10 @@ impl StockLedger for RedisLedger {
                 _ => return Err(protocol(WHAT, "BORROW without a reservation")),
             },
             Some("ADMITTED") if step == ClaimStep::Admit => ClaimReply::Admitted,
-            Some("NOT_FOUND") => ClaimReply::Rejected(Rejection::NotFound),
+            // No usable state: lost, or its server restarted since it was
+            // verified (lua/lib.lua, verified()). Either way BUSY and a
+            // repair request, as for a lost shard.
+            Some("NOT_FOUND") | Some("UNVERIFIED") => ClaimReply::Rejected(Rejection::NotFound),
             Some("OFFLINE") => ClaimReply::Rejected(Rejection::Offline),
             Some("NOT_STARTED") => ClaimReply::Rejected(Rejection::NotStarted {
                 starts_at_ms: number(WHAT, &reply, 1)?,
@@ -118,7 +121,7 @@ impl StockLedger for RedisLedger {
                 None => return Err(protocol(WHAT, "WIN without a grant")),
             },
             Some("EMPTY") => TakeReply::Empty,
-            Some("NOT_FOUND") => TakeReply::Missing,
+            Some("NOT_FOUND") | Some("UNVERIFIED") => TakeReply::Missing,
             Some("CLOSED") => TakeReply::Closed(closed_reason(WHAT, reply.get(1))?),
             other => return Err(protocol(WHAT, format!("unknown reply {other:?}"))),
         })

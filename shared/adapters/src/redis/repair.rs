@@ -8,12 +8,12 @@ use coupon_domain::error::StoreError;
 use coupon_domain::grant::{Grant, GrantRecord};
 use coupon_domain::ids::{CouponId, RequestId, UserId};
 use coupon_domain::issuance::Held;
-use coupon_domain::reconcile::ports::{OutboxEntry, StockRepair};
+use coupon_domain::reconcile::ports::{OutboxEntry, StockRepair, Verification};
 use redis::AsyncCommands;
 
 use super::conn::{protocol, unavailable, Redis};
 use super::preheat::meta_fields;
-use super::scripts::{BUMP_EPOCH, DROP_IF_BEHIND, RESTORE_REQUESTS, RESTORE_USERS};
+use super::scripts::{number, BUMP_EPOCH, DROP_IF_BEHIND, RESTORE_REQUESTS, RESTORE_USERS, VERIFY};
 
 /// [`StockRepair`] on Redis.
 #[derive(Clone)]
@@ -156,6 +156,39 @@ impl StockRepair for RedisRepair {
             .await
             .map_err(unavailable)?;
         Ok(dropped == 1)
+    }
+
+    async fn verify(
+        &self,
+        coupon: &CouponId,
+        shard: u32,
+        now_ms: i64,
+        high_water: Option<u64>,
+    ) -> Result<Verification, StoreError> {
+        const WHAT: &str = "verify.lua";
+        let k = self.redis.keys.shard(coupon, shard);
+        let mut conn = self.redis.conn.clone();
+        let reply: Vec<String> = VERIFY
+            .key(k.meta())
+            .key(k.users())
+            .key(k.outbox())
+            .key(k.taken())
+            .key(k.borrowing())
+            .arg(now_ms)
+            .arg(high_water.map(|m| m.to_string()).unwrap_or_default())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(match reply.first().map(String::as_str) {
+            Some("MISSING") => Verification::Missing,
+            Some("CURRENT") => Verification::Current,
+            Some("SUSPECT") => Verification::Suspect {
+                since_ms: number(WHAT, &reply, 1)?,
+            },
+            Some("DROPPED") => Verification::Dropped,
+            Some("CONFIRMED") => Verification::Confirmed,
+            other => return Err(protocol(WHAT, format!("unknown reply {other:?}"))),
+        })
     }
 
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {

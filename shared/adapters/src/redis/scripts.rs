@@ -27,8 +27,8 @@ macro_rules! lua {
 pub(super) static GRAB: LazyLock<Script> = lua!("grab.lua");
 pub(super) static TAKE: LazyLock<Script> = lua!("take.lua");
 pub(super) static SETTLE: LazyLock<Script> = lua!("settle.lua");
-pub(super) static PREHEAT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../../lua/preheat.lua")));
+pub(super) static PREHEAT: LazyLock<Script> = lua!("preheat.lua");
+pub(super) static VERIFY: LazyLock<Script> = lua!("verify.lua");
 pub(super) static RISK_USER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/risk_reserve_user.lua")));
 pub(super) static RISK_IP: LazyLock<Script> =

@@ -301,16 +301,17 @@ impl GrabService {
             }
             ClaimReply::Won(rec) => fresh(Ok(rec)),
             // The coupon is known (its shard count was read) but the home
-            // shard has no state: Redis lost it. Not "no such coupon": a
-            // retryable BUSY until the reconciler rebuilds the shard.
+            // shard has no usable state: Redis lost it, or restarted and the
+            // shard may have rolled back. Not "no such coupon": a retryable
+            // BUSY until the reconciler rebuilds or verifies the shard.
             ClaimReply::Rejected(Rejection::NotFound) => {
                 warn!(
                     shard = claim.home_shard,
-                    "home shard has no state; BUSY until it is rebuilt"
+                    "home shard has no usable state; BUSY until it is rebuilt or verified"
                 );
                 self.state_lost(claim.coupon, claim.now_ms).await;
                 return Err(StoreError::Unavailable(
-                    format!("shard {} of a known coupon has no state", claim.home_shard).into(),
+                    format!("shard {} of a known coupon has no usable state", claim.home_shard).into(),
                 ));
             }
             ClaimReply::Rejected(reason) => fresh(Err(reason)),

@@ -108,7 +108,8 @@ pub enum TakeReply {
     Won(GrantRecord),
     /// The donor has no stock.
     Empty,
-    /// The donor shard has no state (lost, or never preheated).
+    /// The donor shard has no usable state: lost, never preheated, or its
+    /// server restarted and the reconciler has not verified it yet.
     Missing,
     /// The coupon is no longer on sale ([`Rejection::Offline`] or
     /// [`Rejection::Ended`]): nothing was taken.

@@ -55,7 +55,7 @@ mod report;
 mod tests;
 
 pub use figures::{balance, restorable, split};
-use ports::{DurableFacts, Redrive, StockRepair};
+use ports::{DurableFacts, Redrive, StockRepair, Verification};
 pub use report::{find, CouponReport, ReconcileReport};
 
 /// How a run behaves.
@@ -72,6 +72,13 @@ pub struct ReconcileSettings {
     /// every pass. With the queue empty, a pending entry was never sent and
     /// is re-driven after `grace_ms`.
     pub backlog_ms: i64,
+    /// The longest a send of a grant decided before a Redis restart may
+    /// still land in the grant queue after it: the grab's and the
+    /// re-drive's SQS call timeouts (`SQS_TIMEOUT_MS`, `DDB_TIMEOUT_MS` for
+    /// the reconciler's). A restarted shard is checked against its durable
+    /// mark only this long after it was first found suspect, and once the
+    /// queue is empty.
+    pub send_window_ms: i64,
 }
 
 impl Default for ReconcileSettings {
@@ -80,6 +87,7 @@ impl Default for ReconcileSettings {
             grace_ms: 30_000,
             retention_ms: 7 * 86_400_000,
             backlog_ms: 15 * 60_000,
+            send_window_ms: 5_000,
         }
     }
 }
@@ -264,6 +272,11 @@ impl Reconciler {
                 ));
             }
         }
+        //    A shard whose server restarted may have rolled back too, with
+        //    its sequence not behind the mark yet (the issuer's backlog) or
+        //    any more (presses moved it past): it sells nothing until the
+        //    mark is final and compared (dropped then, rebuilt below).
+        self.verify_restarted(def, now, &mut r).await?;
         // 1. Surviving stock, and which shards are gone.
         let mut present = Vec::new();
         let mut missing = Vec::new();
@@ -360,7 +373,7 @@ impl Reconciler {
         if !missing.is_empty() && now < def.grab_end_ms && in_flight == Some(0) {
             self.rebuild(&stored, held, &missing, &mut r, now).await?;
         } else if !missing.is_empty() && now < def.grab_end_ms {
-            r.shards_waiting = missing.len() as u32;
+            r.shards_waiting += missing.len() as u32;
             r.causes.push(match in_flight {
                 Some(n) => format!(
                     "{} shard(s) have no Redis state; rebuilt once the {n} grant(s) in the queue have reached DynamoDB",
@@ -386,6 +399,91 @@ impl Reconciler {
         }
         figures::balance(&mut r);
         Ok(r)
+    }
+
+    /// Settles the shards whose server restarted since they were verified
+    /// (a snapshot restored, a node restarted): such a shard's state may be
+    /// older than grants users were told about, and its sequence alone
+    /// cannot say so once traffic has moved it past the durable mark, so
+    /// every claim on it answers BUSY (`lua/lib.lua`) until this check.
+    /// The check compares the shard's sequence with its durable mark once
+    /// the mark is final: the send window has passed since the shard was
+    /// first found suspect (no send decided before the restart can still
+    /// land) and the grant queue is empty (every grant sent has reached
+    /// DynamoDB, and raised its shard's mark). Read in that order: the
+    /// queue, then the marks, then Redis. Behind the mark: dropped, and
+    /// rebuilt by this pass. Otherwise the shard holds every grant
+    /// issued and sells again.
+    async fn verify_restarted(&self, def: &CouponDefinition, now: i64, r: &mut CouponReport) -> Result<(), StoreError> {
+        let coupon = &def.coupon_id;
+        let mut suspects = Vec::new();
+        for shard in 0..def.shards {
+            if let Verification::Suspect { since_ms } = self.ports.repair.verify(coupon, shard, now, None).await? {
+                suspects.push((shard, since_ms));
+            }
+        }
+        if suspects.is_empty() {
+            return Ok(());
+        }
+        let window_over = suspects
+            .iter()
+            .all(|&(_, since)| now.saturating_sub(since) >= self.settings.send_window_ms);
+        let in_flight = if window_over {
+            self.ports.redrive.in_flight().await.unwrap_or_else(|e| {
+                warn!(error = %e, "grant queue depth unknown; restarted shards wait");
+                None
+            })
+        } else {
+            None
+        };
+        if in_flight != Some(0) {
+            r.shards_waiting += suspects.len() as u32;
+            r.causes.push(match (window_over, in_flight) {
+                (false, _) => format!(
+                    "{} shard(s) restarted; checked against DynamoDB once sends made before the restart have landed ({} ms)",
+                    suspects.len(),
+                    self.settings.send_window_ms
+                ),
+                (true, Some(n)) => format!(
+                    "{} shard(s) restarted; checked against DynamoDB once the {n} grant(s) in the queue have reached it",
+                    suspects.len()
+                ),
+                (true, None) => format!(
+                    "{} shard(s) restarted; the grant queue's depth is unknown, so their check waits",
+                    suspects.len()
+                ),
+            });
+            return Ok(());
+        }
+        let marks = self.ports.facts.high_water(coupon).await?;
+        for (shard, _) in suspects {
+            let mark = marks.get(&shard).copied().unwrap_or(0);
+            match self.ports.repair.verify(coupon, shard, now, Some(mark)).await? {
+                Verification::Dropped => {
+                    warn!(
+                        shard,
+                        high_water = mark,
+                        "restarted shard rolled back behind issued grants; dropped for the rebuild"
+                    );
+                    r.shards_rolled_back += 1;
+                    r.causes.push(format!(
+                        "shard {shard} restarted and rolled back: its grant sequence was behind {mark}, issued in DynamoDB; dropped and rebuilt from DynamoDB"
+                    ));
+                }
+                Verification::Confirmed => {
+                    info!(
+                        shard,
+                        high_water = mark,
+                        "restarted shard holds every issued grant; selling again"
+                    );
+                    r.causes.push(format!(
+                        "shard {shard} restarted; it holds every grant DynamoDB has (up to {mark}), so it sells again"
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// Applies the stored definition to shards still on an older version,
@@ -520,7 +618,7 @@ impl Reconciler {
         let holdings = self.ports.facts.holdings(coupon).await?;
         let indexed: u64 = holdings.values().map(|held| held.len() as u64).sum();
         if indexed < counted {
-            r.shards_waiting = missing.len() as u32;
+            r.shards_waiting += missing.len() as u32;
             r.causes.push(format!(
                 "{} shard(s) have no Redis state; the by-coupon index lists {indexed} of the {counted} coupon(s) issued, so the rebuild waits for it to catch up",
                 missing.len()

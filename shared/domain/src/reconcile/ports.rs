@@ -55,6 +55,30 @@ pub trait DurableFacts: Send + Sync {
     async fn high_water(&self, coupon: &CouponId) -> Result<HashMap<u32, u64>, StoreError>;
 }
 
+/// What [`StockRepair::verify`] found on a shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verification {
+    /// No state (lost, dropped, never preheated).
+    Missing,
+    /// Written or verified on the server's current replication history (or
+    /// on the primary it was promoted from): it sells.
+    Current,
+    /// Its server restarted since (from a snapshot or from an AOF, it
+    /// cannot tell which): it may lack grants users were told about, and
+    /// sells nothing until checked against the durable mark. Suspect on
+    /// this history since `since_ms`.
+    Suspect {
+        /// When a pass first found it so.
+        since_ms: i64,
+    },
+    /// Checked: its sequence was behind the mark (it rolled back); its
+    /// state was dropped for the rebuild.
+    Dropped,
+    /// Checked: it holds every grant the durable store has seen minted; it
+    /// sells again.
+    Confirmed,
+}
+
 /// What the reconciler reads from and repairs in Redis.
 #[async_trait]
 pub trait StockRepair: Send + Sync {
@@ -85,6 +109,18 @@ pub trait StockRepair: Send + Sync {
     /// shard rebuilt meanwhile (its sequence restarts far above) is never
     /// dropped. True if it was dropped; the rebuild then restores it.
     async fn drop_if_behind(&self, coupon: &CouponId, shard: u32, high_water: u64) -> Result<bool, StoreError>;
+    /// Checks a shard against its server's replication history: with
+    /// `high_water` `None` only looks (recording when it was first found
+    /// suspect); with the shard's durable mark, settles a suspect shard,
+    /// atomically: dropped if behind the mark, else confirmed. Only call
+    /// with a mark that every grant sent before the restart has reached.
+    async fn verify(
+        &self,
+        coupon: &CouponId,
+        shard: u32,
+        now_ms: i64,
+        high_water: Option<u64>,
+    ) -> Result<Verification, StoreError>;
     /// Invalidates every shard's "sold out" stamp after stock was added.
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError>;
     /// Borrows reserved before `before_ms` and never settled.

@@ -14,6 +14,7 @@ use crate::testing::{FakeRedrive, MemoryFacts, MemoryShards, ScriptedLedger};
 
 const NOW: i64 = 1_000_000;
 const GRACE: i64 = 30_000;
+const SEND_WINDOW: i64 = 5_000;
 
 struct World {
     facts: Arc<MemoryFacts>,
@@ -48,6 +49,7 @@ fn world_with(ledger: ScriptedLedger) -> World {
             grace_ms: GRACE,
             retention_ms: 86_400_000,
             backlog_ms: 600_000,
+            send_window_ms: SEND_WINDOW,
         },
     );
     World {
@@ -400,6 +402,100 @@ async fn a_shard_rolled_back_behind_issued_grants_is_dropped_and_rebuilt() {
     // The next pass finds the rebuilt shard ahead of the mark: nothing to do.
     let again = w.reconciler.coupon(&def, NOW).await.unwrap();
     assert_eq!((again.shards_rolled_back, again.shards_rebuilt), (0, 0));
+}
+
+/// A restarted shard whose sequence has not yet fallen behind its mark
+/// (the issuer is behind, or traffic moved it past) may still have rolled
+/// back: it is judged only once the mark is final (the send window over,
+/// the queue empty), and then by that comparison.
+fn restarted(w: &World, def: &CouponDefinition, shard: u32, seq: u64) {
+    let mut shards = w.shards.shards.lock().unwrap();
+    let s = shards.get_mut(&(def.coupon_id.clone(), shard)).unwrap();
+    s.seq = seq;
+    s.restarted = Some(None);
+}
+
+#[tokio::test]
+async fn a_restarted_shard_is_judged_only_once_the_send_window_is_over_and_the_queue_is_empty() {
+    let w = world();
+    let def = coupon(10, 2);
+    w.shards.put(&def.coupon_id, 0, 5);
+    w.shards.put(&def.coupon_id, 1, 5);
+    restarted(&w, &def, 0, 2);
+    for seq in 1..=2 {
+        w.facts.issue(&grant(seq, 0, &format!("u{seq}"), NOW - 90_000));
+    }
+    w.facts
+        .high_water
+        .lock()
+        .unwrap()
+        .insert(def.coupon_id.clone(), HashMap::from([(0, 2)]));
+
+    let first = w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert_eq!((first.shards_waiting, first.shards_rolled_back), (1, 0), "{first:?}");
+    assert!(
+        first.causes.iter().any(|c| c.contains("sends made before the restart")),
+        "{:?}",
+        first.causes
+    );
+
+    // The window is over, but a grant is still on its way: it may be one
+    // the shard forgot, and raise the mark.
+    *w.queue.in_flight.lock().unwrap() = Some(1);
+    let later = NOW + SEND_WINDOW;
+    let waiting = w.reconciler.coupon(&def, later).await.unwrap();
+    assert_eq!(
+        (waiting.shards_waiting, waiting.shards_rolled_back),
+        (1, 0),
+        "{waiting:?}"
+    );
+    assert!(w.shards.state(&def.coupon_id, 0).unwrap().restarted.is_some());
+
+    // It was one the snapshot lacked: the mark moves past the shard.
+    w.facts.issue(&grant(3, 0, "u3", NOW - 1_000));
+    w.facts
+        .high_water
+        .lock()
+        .unwrap()
+        .insert(def.coupon_id.clone(), HashMap::from([(0, 3)]));
+    *w.queue.in_flight.lock().unwrap() = Some(0);
+    let judged = w.reconciler.coupon(&def, later).await.unwrap();
+    assert_eq!(
+        (judged.shards_waiting, judged.shards_rolled_back, judged.shards_rebuilt),
+        (0, 1, 1),
+        "{judged:?}"
+    );
+    let rebuilt = w.shards.state(&def.coupon_id, 0).unwrap();
+    assert_eq!(rebuilt.stock, 10 - 3 - 5, "{judged:?}");
+    assert!(rebuilt.seq > 3 && rebuilt.restarted.is_none());
+}
+
+#[tokio::test]
+async fn a_restarted_shard_that_holds_every_issued_grant_sells_again_unchanged() {
+    let w = world();
+    let def = coupon(10, 1);
+    w.shards.put(&def.coupon_id, 0, 7);
+    restarted(&w, &def, 0, 3);
+    for seq in 1..=3 {
+        w.facts.issue(&grant(seq, 0, &format!("u{seq}"), NOW - 90_000));
+    }
+    w.facts
+        .high_water
+        .lock()
+        .unwrap()
+        .insert(def.coupon_id.clone(), HashMap::from([(0, 3)]));
+
+    assert_eq!(w.reconciler.coupon(&def, NOW).await.unwrap().shards_waiting, 1);
+    let r = w.reconciler.coupon(&def, NOW + SEND_WINDOW).await.unwrap();
+
+    assert_eq!(
+        (r.shards_waiting, r.shards_rolled_back, r.shards_rebuilt),
+        (0, 0, 0),
+        "{r:?}"
+    );
+    let shard = w.shards.state(&def.coupon_id, 0).unwrap();
+    assert_eq!((shard.stock, shard.seq, shard.restarted), (7, 3, None));
+    assert!(r.causes.iter().any(|c| c.contains("sells again")), "{:?}", r.causes);
 }
 
 /// A shard rebuilt once starts its sequence at the time then; a hot sale

@@ -14,7 +14,7 @@ use crate::error::{PublishError, StoreError};
 use crate::grant::{Grant, GrantRecord};
 use crate::ids::{CouponId, RequestId, UserId};
 use crate::issuance::{Held, Holdings};
-use crate::reconcile::ports::{DurableFacts, OutboxEntry, Redrive, RejectedGrant, StockRepair};
+use crate::reconcile::ports::{DurableFacts, OutboxEntry, Redrive, RejectedGrant, StockRepair, Verification};
 
 /// What DynamoDB would know, and the durable blacklist.
 #[derive(Default)]
@@ -144,6 +144,9 @@ pub struct ShardState {
     pub outcomes: Vec<(UserId, (RequestId, GrantRecord))>,
     /// The shard's grant sequence (the last one minted).
     pub seq: u64,
+    /// Its server restarted since it was verified (`Some`), and since when
+    /// a pass has found it so (`Some(None)`: not looked at yet).
+    pub restarted: Option<Option<i64>>,
 }
 
 /// A change to the shards made at a chosen moment of a pass: what a grab or
@@ -251,6 +254,37 @@ impl StockRepair for MemoryShards {
             return Ok(true);
         }
         Ok(false)
+    }
+    async fn verify(
+        &self,
+        coupon: &CouponId,
+        shard: u32,
+        now_ms: i64,
+        high_water: Option<u64>,
+    ) -> Result<Verification, StoreError> {
+        let mut shards = self.shards.lock().unwrap();
+        let key = (coupon.clone(), shard);
+        let Some(s) = shards.get_mut(&key) else {
+            return Ok(Verification::Missing);
+        };
+        let Some(since) = s.restarted else {
+            return Ok(Verification::Current);
+        };
+        Ok(match high_water {
+            None => {
+                let since_ms = since.unwrap_or(now_ms);
+                s.restarted = Some(Some(since_ms));
+                Verification::Suspect { since_ms }
+            }
+            Some(mark) if s.seq < mark => {
+                shards.remove(&key);
+                Verification::Dropped
+            }
+            Some(_) => {
+                s.restarted = None;
+                Verification::Confirmed
+            }
+        })
     }
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {
         if let Some(s) = self.shards.lock().unwrap().get_mut(&(coupon.clone(), shard)) {

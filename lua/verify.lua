@@ -1,0 +1,37 @@
+-- The reconciler's check of a shard whose server restarted since the shard
+-- was written or last verified (lib.lua, verified()): the state may be older
+-- than grants users were told about (a snapshot), and sells nothing until
+-- checked. First called to look (ARGV[2] empty), which records since when
+-- the shard has been suspect on this history; once every grant sent before
+-- the restart is in DynamoDB (the send window has passed and the grant
+-- queue has drained), called with the shard's durable high-water mark: a
+-- sequence below it rolled back and is dropped (the rebuild restores it),
+-- else the state holds every grant issued and is stamped with this history.
+-- Atomic, so a shard verified, rebuilt or restarted again meanwhile is
+-- judged as it is now.
+-- KEYS: 1 meta, 2 users, 3 outbox, 4 taken, 5 borrowing
+-- ARGV: 1 now (ms), 2 the durable high-water mark, or '' to only look
+-- Returns {'MISSING'} | {'CURRENT'} | {'SUSPECT', sinceMs}
+--       | {'DROPPED'} | {'CONFIRMED'}
+local meta = KEYS[1]
+if redis.call('EXISTS', meta) == 0 then return {'MISSING'} end
+if verified(meta) then return {'CURRENT'} end
+local id = history()
+local m = redis.call('HMGET', meta, 'seq', 'suspect')
+if ARGV[2] == '' then
+  -- "<history>|<ms>": a stamp restored from a snapshot belongs to an older
+  -- history and says nothing about this one.
+  local on, since = string.match(m[2] or '', '^(%x+)|(%d+)$')
+  if on ~= id then
+    since = ARGV[1]
+    redis.call('HSET', meta, 'suspect', id .. '|' .. since)
+  end
+  return {'SUSPECT', since}
+end
+if tonumber(m[1]) < tonumber(ARGV[2]) then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+  return {'DROPPED'}
+end
+redis.call('HSET', meta, 'run', id)
+redis.call('HDEL', meta, 'suspect')
+return {'CONFIRMED'}
