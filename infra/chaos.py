@@ -48,8 +48,10 @@ Lambda Runtime API that, like Lambda, fails the invocation and starts a
 fresh process); Redis flushed; a failover to a replica that lags (a real
 primary and replica: the replica stopped, the primary killed, the replica
 promoted and the endpoint moved to it; and the same after a lag long enough
-for a win's BUSY to be retried on other instances); stock added while
-presses run; the
+for a win's BUSY to be retried on other instances); Redis restored from a
+snapshot written earlier in the sale (every node killed by PID, the primary
+started again from it, the replicas synced from it) while presses go on;
+stock added while presses run; the
 coupon created again after Redis lost it; every message delivered twice;
 two reconcilers at once; poison messages on the grant queue.
 
@@ -361,7 +363,8 @@ class Issuance:
             self.pump.drain(quiet_seconds=0.5, deadline_seconds=60)
             report = pumpmod.invoke("reconciler", {})
             figures = next((c for c in report.get("coupons", []) if c["couponId"] == coupon), {})
-            missing = any("no Redis state" in cause for cause in figures.get("causes", []))
+            missing = (any("no Redis state" in cause for cause in figures.get("causes", []))
+                       or figures.get("shardsWaiting", 0) > 0)
             if figures and figures.get("pending") == 0 and not missing and figures.get("redriven", 0) == 0:
                 return figures
             time.sleep(1)
@@ -452,7 +455,11 @@ def scenario(name, rig, short, seed):
     # Lambda timeout always is: its connection has written nothing.
     host = (grab_host(rig["env"]) if name == "crash_after_decision"
             else grab_host(rig["env"], recycle=True) if name == "retry_during_lag" else None)
-    sale = Sale(name, stock, 2, users, seed, host_press(host) if host else watch_press)
+    if name == "snapshot_restore":
+        # Units left when the restore lands: every press could win.
+        stock = users
+    sale = Sale(name, stock, 4 if name == "snapshot_restore" else 2, users, seed,
+                host_press(host) if host else watch_press)
     injected = []
     issuance = Issuance(duplicate=name == "duplicate_delivery",
                         reconcilers=2 if name == "concurrent_reconcilers" else 1)
@@ -506,6 +513,17 @@ def scenario(name, rig, short, seed):
             )
             note("the replacement replica is in sync")
         hooks[0.3] = failover
+    elif name == "snapshot_restore":
+        def snapshot():
+            redis.cli("SAVE")
+            note("snapshot written (SAVE)")
+
+        def restore():
+            redis.restart_from_snapshot()
+            note("every node killed; the primary restarted from the snapshot, the replicas synced from it",
+                 ends_fault=True)
+        hooks[0.3] = snapshot
+        hooks[0.6] = restore
     elif name == "crash_after_decision":
         def crashes():
             killed = 0
@@ -530,7 +548,7 @@ def scenario(name, rig, short, seed):
 
     # A failover must land while units are still being won: arrivals spread
     # over a few seconds instead of a burst that sells out in one.
-    sale.run_wave(people, 1, hooks, per_second=80 if name in ("failover_rollback", "retry_during_lag") else None)
+    sale.run_wave(people, 1, hooks, per_second=80 if name in ("failover_rollback", "retry_during_lag", "snapshot_restore") else None)
     if name == "refill_during_sale":
         add = stock // 2
         status, _ = call("POST", f"/lambda-url/admin/admin/coupons/{sale.coupon}/stock", {"add": add},
@@ -557,9 +575,10 @@ def scenario(name, rig, short, seed):
 SCENARIOS = [
     "sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale",
     "recreate_after_loss", "duplicate_delivery", "concurrent_reconcilers", "poison_messages", "retry_during_lag",
+    "snapshot_restore",
 ]
 SHORT = ["sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale",
-         "retry_during_lag"]
+         "retry_during_lag", "snapshot_restore"]
 ZERO = ["oversell", "duplicates", "lost", "rejected_after_success"]
 
 

@@ -135,22 +135,28 @@ class RedisNode:
         self.dir = pathlib.Path(root) / f"{engine.name}-{self.port}"
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
-        args = [engine.server, "--port", str(self.port), "--bind", HOST, "--save", "", "--appendonly", "no",
-                "--dir", str(self.dir)]
+        self.args = [engine.server, "--port", str(self.port), "--bind", HOST, "--save", "", "--appendonly", "no",
+                     "--dir", str(self.dir)]
         if replica_of:
-            args += ["--replicaof", HOST, str(replica_of)]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.args += ["--replicaof", HOST, str(replica_of)]
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.wait_for(lambda info: "redis_version" in info, "to answer")
+
+    def restart(self):
+        """Starts the (killed) server again on its port and directory: it
+        loads the snapshot `SAVE` last wrote there, and nothing after it."""
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.wait_for(lambda info: "loading:0" in info, "back from its snapshot", sections=("persistence",))
 
     def cli(self, *args):
         out = subprocess.run([self.engine.cli, "-p", str(self.port), *args], capture_output=True, text=True,
                              timeout=30)
         return out.stdout
 
-    def wait_for(self, ready, what, seconds=30):
+    def wait_for(self, ready, what, seconds=30, sections=("replication", "server")):
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if ready(self.cli("INFO", "replication") + self.cli("INFO", "server")):
+            if ready("".join(self.cli("INFO", section) for section in sections)):
                 return
             time.sleep(0.05)
         raise RuntimeError(f"{self.engine.server} on {self.port} did not come {what}")
@@ -247,6 +253,27 @@ class RedisPair:
         self.replicas.append(RedisNode(self.root, self.engine, port=old.port, replica_of=self.link_to_primary()))
         self.in_sync()
         self.failovers += 1
+
+    def restart_from_snapshot(self):
+        """Every node is killed (SIGKILL: nothing saved on the way down); the
+        primary starts again on its port from the snapshot `SAVE` last wrote
+        in its directory, and the replicas come back empty and sync from
+        it. What restoring a backup over a live group, or a group that
+        persists by RDB losing every node at once, leaves: a consistent
+        state older than writes users were told about, on a server whose
+        replication history is new."""
+        for link in self.links:
+            link.close()
+        self.links = []
+        for node in (self.primary, *self.replicas):
+            node.signal(9)
+            node.proc.wait()
+        count = len(self.replicas)
+        for node in self.replicas:
+            node.stop()
+        self.primary.restart()
+        self.replicas = [RedisNode(self.root, self.engine, replica_of=self.link_to_primary()) for _ in range(count)]
+        self.in_sync()
 
     def stop(self):
         self.proxy.close()

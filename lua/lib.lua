@@ -46,22 +46,38 @@ local function history()
   return string.match(info, 'master_replid:(%x+)'), string.match(info, 'master_replid2:(%x+)')
 end
 
+-- The server's clock in ms.
+local function clock_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
 -- True if this shard's state may sell: it was written or verified on this
--- server's replication history (meta field run), or on the primary this
--- server was promoted from, whose acknowledged writes (WAIT) a promoted
--- replica holds; the stamp then moves to the new history. False after a
--- restart, from a snapshot or an AOF alike: the state may lack writes
--- users were told about (a snapshot older than the last grants), so it
--- waits for the reconciler to check it against DynamoDB (verify.lua). Costs
--- an INFO (a few microseconds), so only the paths that grant call it.
+-- server's replication history (meta field run), or this server is a
+-- replica of that history, promoted, whose acknowledged writes (WAIT) it
+-- holds; the stamp then moves to the new history. False after a restart,
+-- from a snapshot or an AOF alike: the state may lack writes users were
+-- told about (a snapshot older than the last grants), so it waits for the
+-- reconciler to check it against DynamoDB (verify.lua).
+--
+-- A primary that restarts from its own RDB names its old history as its
+-- second id too (the file carries it, for its replicas' partial resync),
+-- just as a promoted replica does. What tells them apart is the process's
+-- age: a replica was running when the shard's state was last stamped
+-- (field w: the preheat, each reconciler pass), and received that stamp by
+-- replication; a server that loaded a file started after everything in
+-- it. Two seconds of margin for the clocks of two nodes.
+--
+-- Costs an INFO (a few microseconds), so only the paths that grant call it.
 local function verified(meta)
-  local run = redis.call('HGET', meta, 'run')
-  if not run then return false end
+  local m = redis.call('HMGET', meta, 'run', 'w')
+  if not m[1] then return false end
   local id, previous = history()
-  if run == id then return true end
-  if run == previous then
-    redis.call('HSET', meta, 'run', id)
-    return true
-  end
-  return false
+  if m[1] == id then return true end
+  if m[1] ~= previous then return false end
+  local now = clock_ms()
+  local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+  if not up or now - up * 1000 + 2000 > tonumber(m[2] or '0') then return false end
+  redis.call('HSET', meta, 'run', id, 'w', now)
+  return true
 end

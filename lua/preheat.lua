@@ -10,6 +10,7 @@ if existing then
   if existing == ARGV[1] then return 'EXISTS' end
   return 'CONFLICT'
 end
--- Stamped with the replication history it is written on (lib.lua).
-redis.call('HSET', meta, 'fingerprint', ARGV[1], 'run', (history()), unpack(ARGV, 2))
+-- Stamped with the replication history it is written on, and when
+-- (lib.lua, verified()).
+redis.call('HSET', meta, 'fingerprint', ARGV[1], 'run', (history()), 'w', clock_ms(), unpack(ARGV, 2))
 return 'CREATED'

@@ -18,9 +18,11 @@ local m = redis.call('HMGET', meta, 'stock', 'status', 'end_ms')
 if not m[1] then return {'NOT_FOUND'} end
 if m[2] ~= 'ONLINE' then return {'CLOSED', 'OFFLINE'} end
 if tonumber(now) >= tonumber(m[3]) then return {'CLOSED', 'ENDED'} end
-if tonumber(m[1]) <= 0 then return {'EMPTY'} end
--- Not from state a restart may have rolled back (lib.lua, verified()).
+-- Not from state a restart may have rolled back (lib.lua, verified()),
+-- not even an EMPTY: a borrow that heard only EMPTY stamps its home shard
+-- sold out.
 if not verified(meta) then return {'UNVERIFIED'} end
+if tonumber(m[1]) <= 0 then return {'EMPTY'} end
 
 local record = issue(meta, outbox, user, ordinal, request_id, now)
 redis.call('HSET', taken, field, record)

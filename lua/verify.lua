@@ -6,7 +6,14 @@
 -- the restart is in DynamoDB (the send window has passed and the grant
 -- queue has drained), called with the shard's durable high-water mark: a
 -- sequence below it rolled back and is dropped (the rebuild restores it),
--- else the state holds every grant issued and is stamped with this history.
+-- and so is a shard with no stock left: claims homed on it may have been
+-- filled by borrows, and a sold-out stamp set, neither of which moves its
+-- sequence. Else every claim made on it since the snapshot minted on it,
+-- so a sequence not behind the mark means the state holds every grant
+-- issued: it is stamped with this history and sells again.
+--
+-- A current shard gets its time stamp (w) refreshed, so a replica running
+-- since before this pass can be promoted without a check (lib.lua).
 -- Atomic, so a shard verified, rebuilt or restarted again meanwhile is
 -- judged as it is now.
 -- KEYS: 1 meta, 2 users, 3 outbox, 4 taken, 5 borrowing
@@ -15,9 +22,12 @@
 --       | {'DROPPED'} | {'CONFIRMED'}
 local meta = KEYS[1]
 if redis.call('EXISTS', meta) == 0 then return {'MISSING'} end
-if verified(meta) then return {'CURRENT'} end
+if verified(meta) then
+  redis.call('HSET', meta, 'w', clock_ms())
+  return {'CURRENT'}
+end
 local id = history()
-local m = redis.call('HMGET', meta, 'seq', 'suspect')
+local m = redis.call('HMGET', meta, 'seq', 'suspect', 'stock')
 if ARGV[2] == '' then
   -- "<history>|<ms>": a stamp restored from a snapshot belongs to an older
   -- history and says nothing about this one.
@@ -28,10 +38,10 @@ if ARGV[2] == '' then
   end
   return {'SUSPECT', since}
 end
-if tonumber(m[1]) < tonumber(ARGV[2]) then
+if tonumber(m[1]) < tonumber(ARGV[2]) or tonumber(m[3]) <= 0 then
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
   return {'DROPPED'}
 end
-redis.call('HSET', meta, 'run', id)
+redis.call('HSET', meta, 'run', id, 'w', clock_ms())
 redis.call('HDEL', meta, 'suspect')
 return {'CONFIRMED'}

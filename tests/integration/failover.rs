@@ -156,7 +156,20 @@ async fn a_failover_to_a_replica_that_lagged_loses_no_success() {
 /// grant ids never repeat issued ones.
 #[tokio::test]
 async fn a_shard_restarted_from_an_old_snapshot_never_sells_issued_units_again() {
-    let mut server = Server::standalone();
+    restarted_from_an_old_snapshot(&mut Server::standalone()).await;
+}
+
+/// The same on a primary with replicas: its snapshot then carries its
+/// replication id, and the restarted primary names it as its second id,
+/// exactly as a promoted replica names the primary it followed. Only the
+/// process's age tells them apart (`lua/lib.lua`, `verified()`).
+#[tokio::test]
+async fn a_primary_with_replicas_restarted_from_its_own_snapshot_is_not_taken_for_a_promoted_replica() {
+    let mut set = ReplicaSet::start();
+    restarted_from_an_old_snapshot(&mut set.primary).await;
+}
+
+async fn restarted_from_an_old_snapshot(server: &mut Server) {
     let h = Harness::with(Options {
         redis_url: Some(server.url()),
         ..Options::without_ip_limit()

@@ -276,7 +276,9 @@ impl StockRepair for MemoryShards {
                 s.restarted = Some(Some(since_ms));
                 Verification::Suspect { since_ms }
             }
-            Some(mark) if s.seq < mark => {
+            // As verify.lua: behind the mark, or out of stock (claims may
+            // have been filled by borrows, which move no sequence).
+            Some(mark) if s.seq < mark || s.stock <= 0 => {
                 shards.remove(&key);
                 Verification::Dropped
             }
