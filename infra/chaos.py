@@ -514,16 +514,22 @@ def scenario(name, rig, short, seed):
             note("the replacement replica is in sync")
         hooks[0.3] = failover
     elif name == "snapshot_restore":
-        def snapshot():
+        # By units sold, not presses: the snapshot at 30% of the stock, the
+        # restore at 60%, so the units between were issued and told SUCCESS.
+        def sold(share):
+            deadline = time.monotonic() + 60
+            while sale.codes["SUCCESS"] < share * sale.stock and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+        def snapshot_then_restore():
+            sold(0.3)
             redis.cli("SAVE")
             note("snapshot written (SAVE)")
-
-        def restore():
+            sold(0.6)
             redis.restart_from_snapshot()
             note("every node killed; the primary restarted from the snapshot, the replicas synced from it",
                  ends_fault=True)
-        hooks[0.3] = snapshot
-        hooks[0.6] = restore
+        hooks[0.0] = snapshot_then_restore
     elif name == "crash_after_decision":
         def crashes():
             killed = 0
@@ -548,7 +554,8 @@ def scenario(name, rig, short, seed):
 
     # A failover must land while units are still being won: arrivals spread
     # over a few seconds instead of a burst that sells out in one.
-    sale.run_wave(people, 1, hooks, per_second=80 if name in ("failover_rollback", "retry_during_lag", "snapshot_restore") else None)
+    sale.run_wave(people, 1, hooks, per_second=50 if name == "snapshot_restore"
+                  else 80 if name in ("failover_rollback", "retry_during_lag") else None)
     if name == "refill_during_sale":
         add = stock // 2
         status, _ = call("POST", f"/lambda-url/admin/admin/coupons/{sale.coupon}/stock", {"add": add},

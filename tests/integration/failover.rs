@@ -262,7 +262,7 @@ async fn a_shard_restarted_with_every_grant_sells_again_once_checked_and_loses_n
 
     assert_eq!(h.grab(&coupon, "u2", "r").await.code(), "BUSY");
     assert_eq!(h.reconcile(&def).await.shards_waiting, 1);
-    h.clock.advance(5_000);
+    h.clock.advance(3_000);
     let report = h.reconcile(&def).await;
     assert_eq!(
         (report.shards_waiting, report.shards_rolled_back, report.shards_rebuilt),

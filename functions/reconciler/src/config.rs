@@ -37,10 +37,9 @@ pub struct Config {
     /// messages, pending grants younger than this are not re-driven (they
     /// may be in the backlog); default visibility 180 s x 5 receives.
     pub backlog_ms: i64,
-    /// `RECONCILE_SEND_WINDOW_MS` (5000): how long after a restarted shard
-    /// is found its check waits for sends decided before the restart (at
-    /// least the grab's `SQS_TIMEOUT_MS` and this function's
-    /// `DDB_TIMEOUT_MS`, which bounds its re-drives).
+    /// `RECONCILE_SEND_WINDOW_MS` (3000): how long after a pass first finds
+    /// a shard restarted, lost or dropped its check or rebuild waits for
+    /// sends decided before (at least the grab's `SQS_TIMEOUT_MS`).
     pub send_window_ms: i64,
     /// `METRICS_NAMESPACE` (`CouponGrab`).
     pub metrics_namespace: String,
@@ -74,7 +73,7 @@ impl Config {
             grace_ms: env.number("RECONCILE_GRACE_MS", 30_000, 0..=86_400_000)?,
             retention_hours: env.number("RECONCILE_RETENTION_HOURS", 168, 1..=24 * 90)?,
             backlog_ms: env.number("RECONCILE_BACKLOG_MS", 900_000, 0..=86_400_000)?,
-            send_window_ms: env.number("RECONCILE_SEND_WINDOW_MS", 5_000, 0..=600_000)?,
+            send_window_ms: env.number("RECONCILE_SEND_WINDOW_MS", 3_000, 0..=600_000)?,
             metrics_namespace: metrics_namespace(env),
         })
     }

@@ -30,7 +30,7 @@ impl Harness {
             grace_ms: 30_000,
             retention_hours: 7 * 24,
             backlog_ms: 900_000,
-            send_window_ms: 5_000,
+            send_window_ms: 3_000,
             metrics_namespace: "Test".into(),
         }
     }

@@ -140,6 +140,11 @@ impl ReplicaSet {
             r.wait_for(|info| info.contains("master_link_status:up"), "in sync");
         }
         primary.wait_for(|info| info.contains("connected_slaves:2"), "to see its replicas");
+        // Replicas run long before a sale, as deployed: a promoted one sells
+        // at once only if it was running when the shard was stamped (with
+        // two seconds of margin for the clocks, and uptime counted in
+        // whole seconds; lua/lib.lua, verified()).
+        std::thread::sleep(std::time::Duration::from_millis(3_100));
         Self {
             primary,
             replica,

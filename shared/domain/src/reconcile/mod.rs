@@ -72,12 +72,13 @@ pub struct ReconcileSettings {
     /// every pass. With the queue empty, a pending entry was never sent and
     /// is re-driven after `grace_ms`.
     pub backlog_ms: i64,
-    /// The longest a send of a grant decided before a Redis restart may
-    /// still land in the grant queue after it: the grab's and the
-    /// re-drive's SQS call timeouts (`SQS_TIMEOUT_MS`, `DDB_TIMEOUT_MS` for
-    /// the reconciler's). A restarted shard is checked against its durable
-    /// mark only this long after it was first found suspect, and once the
-    /// queue is empty.
+    /// The longest a send of a grant decided before Redis lost or rolled
+    /// back a shard may still land in the grant queue after it: the grab's
+    /// SQS call timeout (`SQS_TIMEOUT_MS`, 1 s, every attempt included),
+    /// with margin. A restarted shard is checked against its durable mark
+    /// only this long after a pass first found it so, and once the queue
+    /// is empty. (The reconciler's own re-drive checks each shard just
+    /// before it sends.)
     pub send_window_ms: i64,
 }
 
@@ -87,7 +88,7 @@ impl Default for ReconcileSettings {
             grace_ms: 30_000,
             retention_ms: 7 * 86_400_000,
             backlog_ms: 15 * 60_000,
-            send_window_ms: 5_000,
+            send_window_ms: 3_000,
         }
     }
 }
@@ -362,7 +363,7 @@ impl Reconciler {
         }
         r.rejected = rejections.len() as u64;
         r.issued = self.ports.facts.issued(coupon).await?;
-        self.keep_unreplicated(def, &mut to_redrive, &mut r).await;
+        self.keep_unreplicated(def, &mut to_redrive, &mut r, now).await;
         if !to_redrive.is_empty() {
             match self.ports.redrive.redrive(&to_redrive).await {
                 Ok(n) => r.redriven = n as u64,
@@ -518,8 +519,11 @@ impl Reconciler {
     /// user's home shard, which holds the request's record and the user's
     /// count) no replica has acknowledged: a failover now would roll them
     /// back, and a coupon issued for one would hold a unit the promoted
-    /// replica sells again. They stay in the outbox for the next run.
-    async fn keep_unreplicated(&self, def: &CouponDefinition, grants: &mut Vec<Grant>, r: &mut CouponReport) {
+    /// replica sells again. They stay in the outbox for the next run. So
+    /// does every grant of a shard that is no longer current (its server
+    /// restarted, or it was lost, since this pass read its outbox): the
+    /// state now may have forgotten the grant, and sell its unit again.
+    async fn keep_unreplicated(&self, def: &CouponDefinition, grants: &mut Vec<Grant>, r: &mut CouponReport, now: i64) {
         let mut acked: HashMap<u32, bool> = HashMap::new();
         let mut kept = 0;
         let mut sendable = Vec::with_capacity(grants.len());
@@ -536,6 +540,11 @@ impl Reconciler {
                                 false
                             }
                         };
+                        let held = held
+                            && matches!(
+                                self.ports.repair.verify(&def.coupon_id, shard, now, None).await,
+                                Ok(Verification::Current)
+                            );
                         acked.insert(shard, held);
                         held
                     }

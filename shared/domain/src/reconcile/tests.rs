@@ -14,7 +14,7 @@ use crate::testing::{FakeRedrive, MemoryFacts, MemoryShards, ScriptedLedger};
 
 const NOW: i64 = 1_000_000;
 const GRACE: i64 = 30_000;
-const SEND_WINDOW: i64 = 5_000;
+const SEND_WINDOW: i64 = 3_000;
 
 struct World {
     facts: Arc<MemoryFacts>,
