@@ -19,7 +19,8 @@ then DynamoDB is read and each scenario is judged on the users' side:
 
 Every figure but winners and issued must be 0, and issued must equal
 winners; the command prints a table, writes target/chaos/report.json, and
-exits non-zero otherwise. Beside the promise, what the users could not do
+exits non-zero otherwise, and also (except in the short pass, which only
+reports it) when a sale stayed closed longer than 10 s (`unavailable_ms`). Beside the promise, what the users could not do
 (`availability`): `busy` (answers that decided nothing: BUSY, a 5xx, a
 broken connection), `unavailable_ms` (the longest stretch of such answers
 between two decided ones) and `recovery_ms` (from the end of the fault to
@@ -625,9 +626,17 @@ def run_engine(engine, names, args, sqs):
     return results
 
 
-def passed(r):
-    """The promise: every figure 0 and every SUCCESS issued."""
-    return all(r[k] == 0 for k in ZERO) and r["issued"] == r["winners"] and r["drift"] == 0
+# The longest a sale may stay closed (only BUSY or 5xx to presses on a
+# coupon with stock left) under any fault, in ms. `make chaos` fails past it;
+# the short pass in CI reports it (a loaded CI machine is no measure).
+MAX_UNAVAILABLE_MS = 10_000
+
+
+def passed(r, availability=False):
+    """The promise: every figure 0 and every SUCCESS issued; with
+    `availability`, also open again within MAX_UNAVAILABLE_MS."""
+    kept = all(r[k] == 0 for k in ZERO) and r["issued"] == r["winners"] and r["drift"] == 0
+    return kept and (not availability or (r.get("unavailable_ms") or 0) <= MAX_UNAVAILABLE_MS)
 
 
 def main():
@@ -668,20 +677,24 @@ def main():
     width = 12
     print(f"\n  {'engine':<12}{'scenario':<24}" + "".join(f"{c[:width - 1]:>{width}}" for c in cols))
     failed, flat = [], {}
+    judged = not args.short
     for label, run in report["engines"].items():
         for name, r in run["scenarios"].items():
             flat[f"{label} {name}"] = r
-            if not passed(r):
+            ok = passed(r, availability=judged)
+            if not ok:
                 failed.append(f"{label} {name}")
+            slow = passed(r) and not passed(r, availability=True)
             print(f"  {label:<12}{name:<24}" + "".join(f"{str(r[c]):>{width}}" for c in cols)
-                  + ("" if passed(r) else "   <- FAILED"))
+                  + ("   <- FAILED" if not ok else f"   <- closed over {MAX_UNAVAILABLE_MS} ms" if slow else ""))
     page = out.with_suffix(".html")
     page.write_text(reportmod.render_chaos(flat, not failed), encoding="utf-8")
     print(f"\n  report: {out.relative_to(ROOT)}, charts: {page.relative_to(ROOT)}")
     if failed:
         print(f"  FAILED: {', '.join(failed)}")
         return 1
-    print(f"  OK: every SUCCESS is exactly one coupon, under every fault, on {', '.join(report['engines'])}")
+    print(f"  OK: every SUCCESS is exactly one coupon, under every fault, on {', '.join(report['engines'])}"
+          + ("" if args.short else f"; no sale closed longer than {MAX_UNAVAILABLE_MS} ms"))
     return 0
 
 

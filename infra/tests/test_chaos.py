@@ -31,3 +31,12 @@ def test_a_stretch_still_open_when_the_presses_end_counts_to_the_last_answer():
     answers = [(1.0, 0.9, "SUCCESS"), (2.0, 1.9, "BUSY"), (9.0, 8.9, "TRANSPORT_ERROR")]
     figures = chaos.availability(answers, healed_at=None)
     assert figures == {"busy": 2, "unavailable_ms": 7000, "recovery_ms": None}
+
+
+def test_a_sale_closed_longer_than_ten_seconds_fails_the_full_run_but_not_the_promise():
+    kept = {"oversell": 0, "duplicates": 0, "lost": 0, "rejected_after_success": 0, "issued": 40,
+            "winners": 40, "drift": 0, "unavailable_ms": chaos.MAX_UNAVAILABLE_MS + 1}
+    assert chaos.passed(kept)
+    assert not chaos.passed(kept, availability=True)
+    assert chaos.passed({**kept, "unavailable_ms": chaos.MAX_UNAVAILABLE_MS}, availability=True)
+    assert not chaos.passed({**kept, "lost": 1})
