@@ -143,8 +143,12 @@ class RedisNode:
         self.wait_for(lambda info: "redis_version" in info, "to answer")
 
     def restart(self):
-        """Starts the (killed) server again on its port and directory: it
-        loads the snapshot `SAVE` last wrote there, and nothing after it."""
+        """Starts the (killed) server again on its port and directory, as a
+        primary (a node promoted once was started as a replica): it loads
+        the snapshot `SAVE` last wrote there, and nothing after it."""
+        if "--replicaof" in self.args:
+            at = self.args.index("--replicaof")
+            del self.args[at:at + 3]
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.wait_for(lambda info: "loading:0" in info, "back from its snapshot", sections=("persistence",))
 

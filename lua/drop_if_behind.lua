@@ -5,7 +5,9 @@
 -- restores the shard from DynamoDB, with a sequence far above any minted.
 --
 -- Atomic compare-and-drop: a shard rebuilt meanwhile (its sequence restarts
--- at the rebuild's time in ms) or one that has caught up is left alone.
+-- at the rebuild's time in ms) or one that has caught up is left alone, and
+-- so is one whose server restarted since it was stamped (lib.lua,
+-- verified()): verify.lua judges it, once the send window is over.
 --
 -- KEYS[1] T:meta  KEYS[2] T:users  KEYS[3] T:outbox  KEYS[4] T:taken
 -- KEYS[5] T:borrowing (one hash tag T)
@@ -15,7 +17,7 @@ local seq = redis.call('HGET', KEYS[1], 'seq')
 if not seq then
   return 0
 end
-if tonumber(seq) >= tonumber(ARGV[1]) then
+if tonumber(seq) >= tonumber(ARGV[1]) or not verified(KEYS[1]) then
   return 0
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])

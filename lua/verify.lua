@@ -16,7 +16,8 @@
 -- since before this pass can be promoted without a check (lib.lua).
 -- Atomic, so a shard verified, rebuilt or restarted again meanwhile is
 -- judged as it is now.
--- KEYS: 1 meta, 2 users, 3 outbox, 4 taken, 5 borrowing
+-- KEYS: 1 meta, 2 users, 3 outbox, 4 taken, 5 borrowing, 6 lost (when the
+--       shard was first found without state, for the rebuild's wait)
 -- ARGV: 1 now (ms), 2 the durable high-water mark, or '' to only look
 -- Returns {'MISSING'} | {'CURRENT'} | {'SUSPECT', sinceMs}
 --       | {'DROPPED'} | {'CONFIRMED'}
@@ -32,7 +33,7 @@ if ARGV[2] == '' then
   -- "<history>|<ms>": a stamp restored from a snapshot belongs to an older
   -- history and says nothing about this one.
   local on, since = string.match(m[2] or '', '^(%x+)|(%d+)$')
-  if on ~= id then
+  if on ~= id or not since then
     since = ARGV[1]
     redis.call('HSET', meta, 'suspect', id .. '|' .. since)
   end
@@ -40,6 +41,10 @@ if ARGV[2] == '' then
 end
 if tonumber(m[1]) < tonumber(ARGV[2]) or tonumber(m[3]) <= 0 then
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+  -- The send window already ran from when it was found suspect: the
+  -- rebuild need not wait it out again.
+  local _, since = string.match(m[2] or '', '^(%x+)|(%d+)$')
+  redis.call('SET', KEYS[6], since or ARGV[1], 'PX', 3600000)
   return {'DROPPED'}
 end
 redis.call('HSET', meta, 'run', id, 'w', clock_ms())

@@ -30,7 +30,9 @@ impl Harness {
             grace_ms: 30_000,
             retention_hours: 7 * 24,
             backlog_ms: 900_000,
-            send_window_ms: 3_000,
+            // No wait for sends decided before a loss or restart (the
+            // tests' sends have landed); `reconcile_windowed` has one.
+            send_window_ms: 0,
             metrics_namespace: "Test".into(),
         }
     }
@@ -49,7 +51,27 @@ impl Harness {
 
     /// The reconciler as deployed, re-driving to `queue_url`.
     pub fn reconciler_to(&self, queue_url: &str) -> Reconciler {
-        let config = self.reconciler_config(queue_url);
+        self.reconciler_with(queue_url, 0)
+    }
+
+    /// One pass over this harness's coupons by a reconciler that waits
+    /// `send_window_ms` for sends decided before a loss or a restart (as
+    /// deployed); the report of `def`'s coupon.
+    pub async fn reconcile_windowed(&self, def: &CouponDefinition, send_window_ms: i64) -> CouponReport {
+        let report = self
+            .reconciler_with(&self.queue_url, send_window_ms)
+            .run()
+            .await
+            .expect("reconcile");
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        coupon_domain::reconcile::find(&report, &def.coupon_id)
+            .expect("the coupon was visited")
+            .clone()
+    }
+
+    fn reconciler_with(&self, queue_url: &str, send_window_ms: i64) -> Reconciler {
+        let mut config = self.reconciler_config(queue_url);
+        config.send_window_ms = send_window_ms;
         let clients = self.reconciler_clients();
         let facts = Arc::new(OwnCoupons {
             inner: DynamoFacts::new(reconciler::tables(&config, &clients)),

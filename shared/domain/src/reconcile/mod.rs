@@ -15,8 +15,9 @@
 //!    or whose Lambda died after the Lua call).
 //! 3. Finishes borrows whose caller died (resumed exactly as a client retry
 //!    would: idempotent per user and ordinal).
-//! 4. Rebuilds lost shards from DynamoDB, once the grant queue is empty
-//!    (every grant sent before the loss has reached DynamoDB): per-user counts first, then stock
+//! 4. Rebuilds lost shards from DynamoDB, once the send window has passed
+//!    since the loss was found and the grant queue is empty (every grant
+//!    sent before the loss has reached DynamoDB): per-user counts first, then stock
 //!    (`total - issued - rejected - what surviving shards hold or owe`) under
 //!    the definition as stored at that moment, at its version, then
 //!    invalidates every shard's "sold out" stamp.
@@ -75,10 +76,10 @@ pub struct ReconcileSettings {
     /// The longest a send of a grant decided before Redis lost or rolled
     /// back a shard may still land in the grant queue after it: the grab's
     /// SQS call timeout (`SQS_TIMEOUT_MS`, 1 s, every attempt included),
-    /// with margin. A restarted shard is checked against its durable mark
-    /// only this long after a pass first found it so, and once the queue
-    /// is empty. (The reconciler's own re-drive checks each shard just
-    /// before it sends.)
+    /// with margin. A restarted shard is checked against its durable mark,
+    /// and a lost or dropped one rebuilt, only this long after a pass first
+    /// found it so, and once the queue is empty. (The reconciler's own
+    /// re-drive checks each shard just before it sends.)
     pub send_window_ms: i64,
 }
 
@@ -282,15 +283,24 @@ impl Reconciler {
         let mut present = Vec::new();
         let mut missing = Vec::new();
         let mut held = 0i64;
+        // Since when the last of the lost shards has been known lost: a
+        // send decided before the loss may land until the window is over.
+        let mut lost_since = i64::MIN;
         for shard in 0..def.shards {
             match self.ports.repair.shard_stock(coupon, shard).await? {
                 Some(stock) => {
                     present.push(shard);
                     held += stock;
                 }
-                None => missing.push(shard),
+                None => {
+                    missing.push(shard);
+                    if now < def.grab_end_ms {
+                        lost_since = lost_since.max(self.ports.repair.lost_since(coupon, shard, now).await?);
+                    }
+                }
             }
         }
+        let window_over = now.saturating_sub(lost_since) >= self.settings.send_window_ms;
         // An operator's change that never reached a shard (its Redis step
         // failed, or met a shard that was lost then) is applied now.
         self.heal_settings(&stored, &present, &mut r).await?;
@@ -371,11 +381,16 @@ impl Reconciler {
             }
         }
 
-        if !missing.is_empty() && now < def.grab_end_ms && in_flight == Some(0) {
+        if !missing.is_empty() && now < def.grab_end_ms && in_flight == Some(0) && window_over {
             self.rebuild(&stored, held, &missing, &mut r, now).await?;
         } else if !missing.is_empty() && now < def.grab_end_ms {
             r.shards_waiting += missing.len() as u32;
             r.causes.push(match in_flight {
+                _ if !window_over => format!(
+                    "{} shard(s) have no Redis state; rebuilt once sends made before the loss have landed ({} ms)",
+                    missing.len(),
+                    self.settings.send_window_ms
+                ),
                 Some(n) => format!(
                     "{} shard(s) have no Redis state; rebuilt once the {n} grant(s) in the queue have reached DynamoDB",
                     missing.len()

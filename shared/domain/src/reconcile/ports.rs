@@ -107,7 +107,8 @@ pub trait StockRepair: Send + Sync {
     /// sequence is below `high_water`: Redis rolled back to before grants
     /// that were issued, and would sell their units again. Atomic, so a
     /// shard rebuilt meanwhile (its sequence restarts far above) is never
-    /// dropped. True if it was dropped; the rebuild then restores it.
+    /// dropped; nor is one whose server restarted ([`Self::verify`] judges
+    /// it, once the send window is over). True if it was dropped; the rebuild then restores it.
     async fn drop_if_behind(&self, coupon: &CouponId, shard: u32, high_water: u64) -> Result<bool, StoreError>;
     /// Checks a shard against its server's replication history: with
     /// `high_water` `None` only looks (recording when it was first found
@@ -121,6 +122,10 @@ pub trait StockRepair: Send + Sync {
         now_ms: i64,
         high_water: Option<u64>,
     ) -> Result<Verification, StoreError>;
+    /// When a pass first found this shard without state (now, if this is
+    /// the first), kept until the shard is rebuilt: its rebuild waits out
+    /// the send window from then.
+    async fn lost_since(&self, coupon: &CouponId, shard: u32, now_ms: i64) -> Result<i64, StoreError>;
     /// Invalidates every shard's "sold out" stamp after stock was added.
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError>;
     /// Borrows reserved before `before_ms` and never settled.

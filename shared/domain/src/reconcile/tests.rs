@@ -29,6 +29,12 @@ fn world() -> World {
 }
 
 fn world_with(ledger: ScriptedLedger) -> World {
+    world_windowed(ledger, 0)
+}
+
+/// A world whose reconciler waits `send_window` ms for sends decided before
+/// a loss or a restart (the others: none, so one pass rebuilds).
+fn world_windowed(ledger: ScriptedLedger, send_window: i64) -> World {
     let facts = Arc::new(MemoryFacts::default());
     let shards = Arc::new(MemoryShards::default());
     let queue = Arc::new(FakeRedrive::default());
@@ -49,7 +55,7 @@ fn world_with(ledger: ScriptedLedger) -> World {
             grace_ms: GRACE,
             retention_ms: 86_400_000,
             backlog_ms: 600_000,
-            send_window_ms: SEND_WINDOW,
+            send_window_ms: send_window,
         },
     );
     World {
@@ -417,7 +423,7 @@ fn restarted(w: &World, def: &CouponDefinition, shard: u32, seq: u64) {
 
 #[tokio::test]
 async fn a_restarted_shard_is_judged_only_once_the_send_window_is_over_and_the_queue_is_empty() {
-    let w = world();
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
     let def = coupon(10, 2);
     w.shards.put(&def.coupon_id, 0, 5);
     w.shards.put(&def.coupon_id, 1, 5);
@@ -472,7 +478,7 @@ async fn a_restarted_shard_is_judged_only_once_the_send_window_is_over_and_the_q
 
 #[tokio::test]
 async fn a_restarted_shard_that_holds_every_issued_grant_sells_again_unchanged() {
-    let w = world();
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
     let def = coupon(10, 1);
     w.shards.put(&def.coupon_id, 0, 7);
     restarted(&w, &def, 0, 3);
@@ -496,6 +502,32 @@ async fn a_restarted_shard_that_holds_every_issued_grant_sells_again_unchanged()
     let shard = w.shards.state(&def.coupon_id, 0).unwrap();
     assert_eq!((shard.stock, shard.seq, shard.restarted), (7, 3, None));
     assert!(r.causes.iter().any(|c| c.contains("sells again")), "{:?}", r.causes);
+}
+
+/// A grab's send decided before the loss may land in the queue after it
+/// (the SDK's retries): a rebuild as soon as the queue looks empty would
+/// restore that unit too, and a later winner would meet the cap. The lost
+/// shard waits out the send window from when a pass first found it lost.
+#[tokio::test]
+async fn a_lost_shard_is_rebuilt_only_once_sends_decided_before_the_loss_have_landed() {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(10, 2);
+    w.shards.put(&def.coupon_id, 0, 3);
+
+    let first = w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert_eq!((first.shards_waiting, first.shards_rebuilt), (1, 0), "{first:?}");
+    assert!(
+        first.causes.iter().any(|c| c.contains("sends made before the loss")),
+        "{:?}",
+        first.causes
+    );
+
+    // The slow send lands, and is issued.
+    w.facts.issue(&grant(7, 1, "slow", NOW - 100));
+    let later = w.reconciler.coupon(&def, NOW + SEND_WINDOW).await.unwrap();
+    assert_eq!((later.shards_waiting, later.shards_rebuilt), (0, 1), "{later:?}");
+    assert_eq!(w.shards.state(&def.coupon_id, 1).unwrap().stock, 10 - 3 - 1);
+    assert!(w.shards.lost.lock().unwrap().is_empty(), "the rebuild clears the mark");
 }
 
 /// A shard rebuilt once starts its sequence at the time then; a hot sale

@@ -161,6 +161,8 @@ pub struct MemoryShards {
     pub shards: Mutex<HashMap<(CouponId, u32), ShardState>>,
     /// Users whose blacklist flag is set.
     pub flags: Mutex<HashSet<UserId>>,
+    /// When each lost shard was first found so.
+    pub lost: Mutex<HashMap<(CouponId, u32), i64>>,
     /// Runs once, right after the first outbox read of a pass.
     pub after_outbox_read: Mutex<Option<ShardsHook>>,
 }
@@ -229,6 +231,7 @@ impl StockRepair for MemoryShards {
         if shards.contains_key(&key) {
             return Ok(false);
         }
+        self.lost.lock().unwrap().remove(&key);
         shards.insert(
             key,
             ShardState {
@@ -249,7 +252,10 @@ impl StockRepair for MemoryShards {
     async fn drop_if_behind(&self, coupon: &CouponId, shard: u32, high_water: u64) -> Result<bool, StoreError> {
         let mut shards = self.shards.lock().unwrap();
         let key = (coupon.clone(), shard);
-        if shards.get(&key).is_some_and(|s| s.seq < high_water) {
+        if shards
+            .get(&key)
+            .is_some_and(|s| s.seq < high_water && s.restarted.is_none())
+        {
             shards.remove(&key);
             return Ok(true);
         }
@@ -279,7 +285,9 @@ impl StockRepair for MemoryShards {
             // As verify.lua: behind the mark, or out of stock (claims may
             // have been filled by borrows, which move no sequence).
             Some(mark) if s.seq < mark || s.stock <= 0 => {
+                let found = s.restarted.flatten().unwrap_or(now_ms);
                 shards.remove(&key);
+                self.lost.lock().unwrap().insert(key, found);
                 Verification::Dropped
             }
             Some(_) => {
@@ -287,6 +295,14 @@ impl StockRepair for MemoryShards {
                 Verification::Confirmed
             }
         })
+    }
+    async fn lost_since(&self, coupon: &CouponId, shard: u32, now_ms: i64) -> Result<i64, StoreError> {
+        Ok(*self
+            .lost
+            .lock()
+            .unwrap()
+            .entry((coupon.clone(), shard))
+            .or_insert(now_ms))
     }
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {
         if let Some(s) = self.shards.lock().unwrap().get_mut(&(coupon.clone(), shard)) {
