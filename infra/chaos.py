@@ -302,16 +302,20 @@ class Sale:
 
 
 class Issuance:
-    """The event source mapping and the schedule, in a thread: batches to
-    the issuer, the reconciler every `tick` seconds."""
+    """The event source mappings and the schedule, each in a thread of its
+    own as they are separate invocations in AWS (a long scheduled pass
+    holds up neither issuance nor a repair): batches to the issuer, repair
+    requests to the reconciler, and the reconciler every `tick` seconds."""
 
     def __init__(self, duplicate=False, reconcilers=1, tick=2.0):
         self.pump = pumpmod.Pump()
         self.duplicate, self.reconcilers, self.tick = duplicate, reconcilers, tick
         self.stop = threading.Event()
         self.reports = []
-        self.thread = threading.Thread(target=self.loop, daemon=True)
-        self.thread.start()
+        self.threads = [threading.Thread(target=loop, daemon=True)
+                        for loop in (self.issue_loop, self.repair_loop, self.tick_loop)]
+        for thread in self.threads:
+            thread.start()
 
     def deliver(self):
         if not self.duplicate:
@@ -340,24 +344,32 @@ class Issuance:
                 except Exception as e:  # noqa: BLE001 a failed run is retried next tick
                     print(f"  reconciler failed: {e}", file=sys.stderr)
 
-    def loop(self):
-        next_tick = time.monotonic() + self.tick
+    def pumping(self, once):
+        """Calls `once` until stopped, pausing when it found nothing."""
         while not self.stop.is_set():
             try:
-                if not (self.deliver() + self.pump.repair()):
+                if not once():
                     time.sleep(0.05)
             except Exception as e:  # noqa: BLE001 keep pumping through faults
                 print(f"  pump: {e}", file=sys.stderr)
                 time.sleep(0.2)
-            if time.monotonic() >= next_tick:
-                self.reconcile()
-                next_tick = time.monotonic() + self.tick
+
+    def issue_loop(self):
+        self.pumping(self.deliver)
+
+    def repair_loop(self):
+        self.pumping(self.pump.repair)
+
+    def tick_loop(self):
+        while not self.stop.wait(self.tick):
+            self.reconcile()
 
     def settle(self, coupon, deadline_seconds=180):
         """Stops the loop, then pumps and reconciles until the coupon's books
         are settled (nothing pending, no shard missing)."""
         self.stop.set()
-        self.thread.join()
+        for thread in self.threads:
+            thread.join()
         start = time.monotonic()
         figures = {}
         while time.monotonic() - start < deadline_seconds:

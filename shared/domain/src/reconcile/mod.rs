@@ -7,8 +7,12 @@
 //!
 //! 0. Re-reads the definition and its version, and applies it to any shard
 //!    still on an older one (an operator's change whose Redis step failed).
-//! 1. Reads every shard; a shard without state while DynamoDB knows the
-//!    coupon means Redis lost data.
+//! 1. Checks the shards whose Redis server restarted since they were
+//!    stamped (they sell nothing until then): once the send window is over
+//!    and the queue is empty, behind the durable mark (or out of stock)
+//!    means rolled back, dropped; otherwise they sell again. Then reads
+//!    every shard; a shard without state while DynamoDB knows the coupon
+//!    means Redis lost data.
 //! 2. Walks each outbox: entries DynamoDB confirms (issued under that grant
 //!    id, or rejected) are trimmed; the rest are pending, and those older
 //!    than the grace period are re-driven to SQS (winners whose send failed,
