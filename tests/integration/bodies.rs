@@ -130,3 +130,87 @@ async fn a_definition_that_cannot_work_is_refused_with_the_field_named() {
         assert_eq!(absent.code(), "COUPON_NOT_FOUND", "{what}: nothing was written");
     }
 }
+
+/// A body naming one key twice means two things to two readers (a gateway
+/// or a log reader may take the first value, serde the last): every route
+/// that takes a body refuses it, names the key, and changes nothing.
+#[tokio::test]
+async fn a_body_that_names_a_key_twice_is_refused_on_every_route_and_changes_nothing() {
+    let h = Harness::new().await;
+    let def = h.coupon(10);
+    assert_eq!(h.admin_create(&def).await.code(), "SUCCESS");
+    let user = crate::support::unique("twice");
+    let grant = h.grab(&def.coupon_id, &user, "r1").await.grant_id().unwrap();
+    h.pump().await;
+
+    let grab = h
+        .send(
+            Event::grab(def.coupon_id.as_str(), "u2", "r")
+                .body(r#"{"requestId": "a", "requestId": "b"}"#)
+                .build(),
+        )
+        .await;
+    assert_eq!((grab.status, grab.code()), (400, "INVALID_REQUEST"), "grab");
+    assert_eq!(grab.body["data"]["detail"], "the body names `requestId` more than once");
+
+    let mut twice = h.coupon(10);
+    twice.coupon_id = coupon_domain::ids::CouponId::parse(&format!("{}-t", def.coupon_id)).unwrap();
+    let create = serde_json::to_string(&twice).unwrap();
+    let create = format!(r#"{{"totalStock": 999999, {}"#, &create[1..]);
+    let spend = format!(r#"{{"userId": "{user}", "grantId": "{grant}", "grantId": "{grant}"}}"#);
+    let calls: Vec<(&str, String, String, &str)> = vec![
+        ("POST", "/admin/coupons".into(), create, "totalStock"),
+        ("POST", path(&def, "/stock"), r#"{"add": 1, "add": 1000}"#.into(), "add"),
+        (
+            "PUT",
+            path(&def, "/status"),
+            r#"{"status": "ONLINE", "status": "OFFLINE"}"#.into(),
+            "status",
+        ),
+        (
+            "PUT",
+            path(&def, "/rate"),
+            r#"{"ratePerSec": 5, "burst": 5, "burst": 9}"#.into(),
+            "burst",
+        ),
+        (
+            "PUT",
+            format!("/admin/users/{user}/coupons/{grant}/revoked"),
+            r#"{"reason": "a", "reason": "b"}"#.into(),
+            "reason",
+        ),
+        ("PUT", "/redemptions/o-twice".into(), spend.clone(), "grantId"),
+        ("POST", "/redemptions/o-twice/return".into(), spend, "grantId"),
+    ];
+    for (method, route, body, key) in calls {
+        let r = h
+            .admin_send(Event::admin(method, &route, None).body(&body).build())
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "INVALID_REQUEST"),
+            "{method} {route}: {}",
+            r.body
+        );
+        assert_eq!(
+            r.body["data"]["detail"],
+            format!("the body names `{key}` more than once"),
+            "{method} {route}"
+        );
+    }
+
+    assert_eq!(h.stock(&def).await, 9, "one unit sold, none added");
+    let view = h.admin_call("GET", &path(&def, ""), None).await;
+    assert_eq!(view.body["data"]["coupon"]["status"], "ONLINE");
+    assert_eq!(view.body["data"]["version"], 0, "no change was applied");
+    let absent = h
+        .admin_call("GET", &format!("/admin/coupons/{}", twice.coupon_id), None)
+        .await;
+    assert_eq!(absent.code(), "COUPON_NOT_FOUND", "the create wrote nothing");
+    let wallet = h.wallet_get("/me/coupons", &user).await;
+    assert_eq!(
+        wallet.body["data"]["coupons"][0]["status"], "UNUSED",
+        "neither revoked nor spent: {}",
+        wallet.body
+    );
+}

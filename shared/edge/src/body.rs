@@ -6,10 +6,18 @@
 //! says object. Integers may be written as integral numbers (`460.0`,
 //! `4.6e2`), as JSON Schema counts them as integers; `460.5` stays an error.
 //! Unknown fields are refused by the body types themselves
-//! (`deny_unknown_fields`).
+//! (`deny_unknown_fields`). An object that names a key twice is refused
+//! too, at any depth: RFC 8259 leaves duplicates undefined and parsers
+//! disagree on which one wins, so a gateway, a WAF or a log reader could
+//! act on another value than this function (`{"totalStock": 10,
+//! "totalStock": 999999}`).
+
+use std::cell::RefCell;
+use std::fmt;
 
 use lambda_http::{Body, Request};
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, DeserializeSeed, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserializer;
 use serde_json::{json, Number, Value};
 
 use crate::error::ErrorCode;
@@ -54,6 +62,12 @@ pub fn parse_object<T: DeserializeOwned>(bytes: &[u8], detail: Detail) -> Result
     let Some(first) = bytes.iter().find(|b| !b.is_ascii_whitespace()) else {
         return Err(Reply::invalid("the body must be a JSON object"));
     };
+    if let Some(key) = repeated_key(bytes) {
+        return Err(Reply::invalid(format!(
+            "the body names {} more than once",
+            shown_key(&key)
+        )));
+    }
     // The common case straight into `T` (no intermediate tree): an object
     // that is `T` as written. Anything else (a refusal, or a number such
     // as `460.0` that only the rewrite below makes an integer) takes the
@@ -74,6 +88,89 @@ pub fn parse_object<T: DeserializeOwned>(bytes: &[u8], detail: Detail) -> Result
             Detail::Serde => cut(e.to_string(), 200),
         })
     })
+}
+
+/// The first key an object of `bytes` names twice, at any depth; `None`
+/// when there is none or `bytes` is not JSON (the parse that follows says
+/// so). Walks the document without building it: the keys of the object
+/// being read are all it keeps.
+fn repeated_key(bytes: &[u8]) -> Option<String> {
+    let found = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let _ = UniqueKeys(&found).deserialize(&mut de);
+    found.into_inner()
+}
+
+/// A key as a refusal may name it: a plain identifier (every field of the
+/// contract is one) in backticks; anything else only as "a key", so a
+/// public route never echoes arbitrary input.
+fn shown_key(key: &str) -> String {
+    let plain = !key.is_empty() && key.len() <= 64 && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if plain {
+        format!("`{key}`")
+    } else {
+        "a key".to_owned()
+    }
+}
+
+/// Visits any JSON value, failing at the first object key seen twice in one
+/// object (recorded in the cell, so the caller can tell it from a syntax
+/// error).
+struct UniqueKeys<'a>(&'a RefCell<Option<String>>);
+
+impl<'de> DeserializeSeed<'de> for UniqueKeys<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for UniqueKeys<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(UniqueKeys(self.0))?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen: Vec<String> = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if seen.contains(&key) {
+                *self.0.borrow_mut() = Some(key);
+                // Stop here: the rest of the document is not read.
+                let _ = map.next_value::<IgnoredAny>();
+                return Err(A::Error::custom("repeated key"));
+            }
+            map.next_value_seed(UniqueKeys(self.0))?;
+            seen.push(key);
+        }
+        Ok(())
+    }
 }
 
 /// Rewrites every number with no fractional part (`460.0`) as an integer,
@@ -179,6 +276,34 @@ mod tests {
         let long = format!(r#"{{"add": 1, "{}": 2}}"#, "x".repeat(500));
         let err = parse_object::<Stock>(long.as_bytes(), Detail::Serde).unwrap_err();
         assert!(detail_of(err).len() <= 204);
+    }
+
+    #[test]
+    fn a_key_named_twice_is_refused_at_any_depth_and_named_only_if_plain() {
+        for (body, named) in [
+            (r#"{"requestId": "a", "requestId": "b"}"#, "`requestId`"),
+            (r#"{"add": 1, "add": 2}"#, "`add`"),
+            (r#"{"add": 1, "x": {"k": 1, "k": 2}}"#, "`k`"),
+            (r#"{"add": 1, "x": [{"k": 1}, {"k": 2, "k": 3}]}"#, "`k`"),
+            (r#"{"<b>": 1, "<b>": 2}"#, "a key"),
+        ] {
+            for detail in [Detail::Serde, Detail::Fixed("fixed")] {
+                let err = parse_object::<Value>(body.as_bytes(), detail).unwrap_err();
+                assert_eq!(
+                    detail_of(err),
+                    format!("the body names {named} more than once"),
+                    "{body}"
+                );
+            }
+        }
+        // The same key in two objects is two keys; an escaped spelling of
+        // one is the same key.
+        assert!(parse_object::<Value>(br#"{"a": {"k": 1}, "b": {"k": 2}}"#, Detail::Serde).is_ok());
+        assert!(parse_object::<Value>(br#"{"add": 1, "\u0061dd": 2}"#, Detail::Serde).is_err());
+        assert_eq!(
+            parse_object::<Stock>(br#"{"add": 7}"#, Detail::Serde).unwrap(),
+            Stock { add: 7 }
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use coupon_domain::error::StoreError;
 use coupon_domain::grant::{Grant, GrantRecord};
 use coupon_domain::ids::{CouponId, RequestId, UserId};
 use coupon_domain::issuance::Held;
-use coupon_domain::reconcile::ports::{OutboxEntry, StockRepair, Verification};
+use coupon_domain::reconcile::ports::{OutboxEntry, ShardStock, StockRepair, Verification};
 use redis::AsyncCommands;
 
 use super::conn::{protocol, unavailable, Redis};
@@ -52,11 +52,21 @@ const OUTBOX_PAGE: usize = 1_000;
 
 #[async_trait]
 impl StockRepair for RedisRepair {
-    async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<i64>, StoreError> {
+    async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<ShardStock>, StoreError> {
         let mut conn = self.redis.conn.clone();
-        conn.hget(self.redis.keys.shard(coupon, shard).meta(), "stock")
+        // One HMGET: the stock and the version it was computed from, as of
+        // the same instant.
+        let (stock, version): (Option<i64>, Option<u64>) = redis::cmd("HMGET")
+            .arg(self.redis.keys.shard(coupon, shard).meta())
+            .arg("stock")
+            .arg("version")
+            .query_async(&mut conn)
             .await
-            .map_err(unavailable)
+            .map_err(unavailable)?;
+        Ok(stock.map(|stock| ShardStock {
+            stock,
+            version: version.unwrap_or(0),
+        }))
     }
 
     async fn outbox(&self, coupon: &CouponId, shard: u32) -> Result<Vec<OutboxEntry>, StoreError> {

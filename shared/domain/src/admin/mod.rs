@@ -155,7 +155,7 @@ impl AdminService {
         };
         for shard in 0..def.shards {
             match p.repair.shard_stock(&def.coupon_id, shard).await? {
-                Some(stock) => figures.remaining += stock,
+                Some(shard) => figures.remaining += shard.stock,
                 None => figures.shards_missing += 1,
             }
         }

@@ -290,11 +290,16 @@ impl Reconciler {
         // Since when the last of the lost shards has been known lost: a
         // send decided before the loss may land until the window is over.
         let mut lost_since = i64::MIN;
+        // Shards whose stock was computed from another definition version
+        // than the one read above: an operator's change is on its way (or
+        // raced this pass), and `held` and the total disagree by its units.
+        let mut other_version = 0u32;
         for shard in 0..def.shards {
             match self.ports.repair.shard_stock(coupon, shard).await? {
-                Some(stock) => {
+                Some(found) => {
                     present.push(shard);
-                    held += stock;
+                    held += found.stock;
+                    other_version += u32::from(found.version != stored.version);
                 }
                 None => {
                     missing.push(shard);
@@ -386,7 +391,8 @@ impl Reconciler {
         }
 
         if !missing.is_empty() && now < def.grab_end_ms && in_flight == Some(0) && window_over {
-            self.rebuild(&stored, held, &missing, &mut r, now).await?;
+            self.rebuild(&stored, held, other_version, &missing, &mut r, now)
+                .await?;
         } else if !missing.is_empty() && now < def.grab_end_ms {
             r.shards_waiting += missing.len() as u32;
             r.causes.push(match in_flight {
@@ -412,7 +418,12 @@ impl Reconciler {
         }
 
         for shard in 0..def.shards {
-            r.remaining += self.ports.repair.shard_stock(coupon, shard).await?.unwrap_or(0);
+            r.remaining += self
+                .ports
+                .repair
+                .shard_stock(coupon, shard)
+                .await?
+                .map_or(0, |s| s.stock);
         }
         if r.rejected > 0 && self.ports.facts.was_rebuilt(coupon).await? {
             r.overgranted = r.rejected;
@@ -476,6 +487,7 @@ impl Reconciler {
             return Ok(());
         }
         let marks = self.ports.facts.high_water(coupon).await?;
+        let mut confirmed = 0;
         for (shard, _) in suspects {
             let mark = marks.get(&shard).copied().unwrap_or(0);
             match self.ports.repair.verify(coupon, shard, now, Some(mark)).await? {
@@ -499,8 +511,17 @@ impl Reconciler {
                     r.causes.push(format!(
                         "shard {shard} restarted; it holds every grant DynamoDB has (up to {mark}), so it sells again"
                     ));
+                    confirmed += 1;
                 }
                 _ => {}
+            }
+        }
+        if confirmed > 0 {
+            // Its state may hold units the other shards saw it without (sold
+            // after the snapshot, under grants never sent): their sold-out
+            // stamps would refuse presses a borrow from it could serve.
+            for shard in 0..def.shards {
+                self.ports.repair.bump_epoch(coupon, shard).await?;
             }
         }
         Ok(())
@@ -628,12 +649,30 @@ impl Reconciler {
         &self,
         stored: &StoredCoupon,
         held: i64,
+        other_version: u32,
         missing: &[u32],
         r: &mut CouponReport,
         now: i64,
     ) -> Result<(), StoreError> {
         let def = &stored.definition;
         let coupon = &def.coupon_id;
+        // The lost shards get the total less what the others hold, so both
+        // must come from one definition version: a change committed during
+        // this pass (read again just below) or applied to a shard that was
+        // not yet at the version read would be counted in one and not the
+        // other. The next pass reads both afresh (and heals the shards
+        // behind first).
+        let latest = self.ports.facts.stored(coupon).await?.unwrap_or_else(|| stored.clone());
+        if other_version > 0 || latest.version != stored.version {
+            r.shards_waiting += missing.len() as u32;
+            r.causes.push(format!(
+                "{} shard(s) have no Redis state; the definition moved during this pass (version {} read, {} now, {other_version} shard(s) at another), so the rebuild waits for the next one",
+                missing.len(),
+                stored.version,
+                latest.version
+            ));
+            return Ok(());
+        }
         let restorable = figures::restorable(def.total_stock, held, r);
         // Who holds what comes from the by-coupon index, which DynamoDB
         // reads only eventually consistently, and reads now, as the queue
@@ -653,10 +692,6 @@ impl Reconciler {
             ));
             return Ok(());
         }
-        // The definition as it is now: a change made during this pass (an
-        // operator took the coupon offline, added stock) is what the lost
-        // shards come back with, at its version, never an older one.
-        let latest = self.ports.facts.stored(coupon).await?.unwrap_or_else(|| stored.clone());
         let marks = self.ports.facts.high_water(coupon).await?;
         let mut restored = 0;
         for (&shard, share) in missing.iter().zip(figures::split(restorable, missing.len())) {

@@ -79,11 +79,27 @@ pub enum Verification {
     Confirmed,
 }
 
+/// A shard's remaining stock and the definition version it has applied,
+/// read in one step. A rebuild gives the lost shards the total less what
+/// the others hold: an operator's change applied to a shard between a read
+/// of its stock and a read of its version would be counted in the total
+/// and not in the stock (units sold twice), or the other way round (units
+/// never offered). Read together, such a pass sees the mismatch and waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardStock {
+    /// Units the shard can still sell.
+    pub stock: i64,
+    /// The definition version its stock share was computed from (0 before
+    /// any change).
+    pub version: u64,
+}
+
 /// What the reconciler reads from and repairs in Redis.
 #[async_trait]
 pub trait StockRepair: Send + Sync {
-    /// A shard's remaining stock, or `None` if its state is gone.
-    async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<i64>, StoreError>;
+    /// A shard's remaining stock with its version, or `None` if its state
+    /// is gone.
+    async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<ShardStock>, StoreError>;
     /// Every entry of a shard's outbox, oldest first.
     async fn outbox(&self, coupon: &CouponId, shard: u32) -> Result<Vec<OutboxEntry>, StoreError>;
     /// Deletes confirmed entries.

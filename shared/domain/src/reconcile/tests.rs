@@ -272,6 +272,10 @@ async fn a_lost_shard_comes_back_with_the_definition_stored_now() {
     w.facts.versions.lock().unwrap().insert(def.coupon_id.clone(), 2);
     w.shards.put(&def.coupon_id, 0, 5);
 
+    // The surviving shard is still at version 0: this pass heals it, and
+    // the rebuild waits for a pass that reads one version throughout.
+    let first = w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert_eq!(first.shards_waiting, 1, "{first:?}");
     w.reconciler.coupon(&def, NOW).await.unwrap();
 
     let rebuilt = w.shards.state(&def.coupon_id, 1).expect("rebuilt");
@@ -502,6 +506,101 @@ async fn a_restarted_shard_that_holds_every_issued_grant_sells_again_unchanged()
     let shard = w.shards.state(&def.coupon_id, 0).unwrap();
     assert_eq!((shard.stock, shard.seq, shard.restarted), (7, 3, None));
     assert!(r.causes.iter().any(|c| c.contains("sells again")), "{:?}", r.causes);
+}
+
+/// A restarted shard may hold units the other shards saw it without (sold
+/// after its snapshot under grants never sent, which come back rightly):
+/// a borrow that found every shard empty stamped them sold out, and those
+/// stamps would refuse presses a borrow from it could serve.
+#[tokio::test]
+async fn a_restarted_shard_confirmed_with_stock_voids_every_sold_out_stamp() {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(10, 2);
+    w.shards.put(&def.coupon_id, 0, 4);
+    w.shards.put(&def.coupon_id, 1, 0);
+    restarted(&w, &def, 0, 3);
+    for seq in 1..=3 {
+        w.facts.issue(&grant(seq, 0, &format!("u{seq}"), NOW - 90_000));
+    }
+    w.facts
+        .high_water
+        .lock()
+        .unwrap()
+        .insert(def.coupon_id.clone(), HashMap::from([(0, 3)]));
+
+    w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert_eq!(w.shards.state(&def.coupon_id, 1).unwrap().epochs, 0, "not judged yet");
+    let r = w.reconciler.coupon(&def, NOW + SEND_WINDOW).await.unwrap();
+
+    assert!(r.causes.iter().any(|c| c.contains("sells again")), "{:?}", r.causes);
+    for shard in 0..2 {
+        assert_eq!(
+            w.shards.state(&def.coupon_id, shard).unwrap().epochs,
+            1,
+            "shard {shard}"
+        );
+    }
+}
+
+/// An operator adds stock while a pass rebuilds a lost shard. The pass read
+/// the old total; the lost shard would come back at the new version with
+/// the old share, and its part of the added units would never be offered
+/// (a shard read before the change reached it would have its part sold
+/// twice). The rebuild waits for a pass that reads one version throughout.
+#[tokio::test]
+async fn a_change_committed_during_a_rebuild_pass_waits_for_a_pass_that_reads_one_version() {
+    let w = world();
+    let def = coupon(10, 2);
+    w.facts.definitions.lock().unwrap().push(def.clone());
+    w.shards.put(&def.coupon_id, 0, 5);
+    let more = CouponDefinition {
+        total_stock: 20,
+        ..def.clone()
+    };
+    *w.facts.change_after_read.lock().unwrap() = Some((more, 1));
+
+    let raced = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!((raced.shards_rebuilt, raced.shards_waiting), (0, 1), "{raced:?}");
+    assert!(
+        raced.causes.iter().any(|c| c.contains("moved during this pass")),
+        "{:?}",
+        raced.causes
+    );
+    assert!(w.shards.state(&def.coupon_id, 1).is_none());
+
+    // The change reached shard 0 before the next pass: its share grew by 5.
+    {
+        let mut shards = w.shards.shards.lock().unwrap();
+        let s = shards.get_mut(&(def.coupon_id.clone(), 0)).unwrap();
+        s.stock += 5;
+        s.version = 1;
+    }
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!(r.shards_rebuilt, 1, "{r:?}");
+    let rebuilt = w.shards.state(&def.coupon_id, 1).unwrap();
+    assert_eq!((rebuilt.stock, rebuilt.version), (10, 1), "20 in all, 10 on shard 0");
+}
+
+/// A surviving shard still on an older version (the change's step for it
+/// failed) is healed by the same pass, after its stock was read: the
+/// rebuild would count the total's new units for the lost shards and the
+/// heal would add that shard's part of them again.
+#[tokio::test]
+async fn a_rebuild_waits_while_a_surviving_shard_is_behind_the_stored_version() {
+    let w = world();
+    let def = coupon(20, 2);
+    w.facts.definitions.lock().unwrap().push(def.clone());
+    w.facts.versions.lock().unwrap().insert(def.coupon_id.clone(), 1);
+    w.shards.put(&def.coupon_id, 0, 5);
+
+    let behind = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!((behind.shards_rebuilt, behind.shards_waiting), (0, 1), "{behind:?}");
+    assert_eq!(w.shards.state(&def.coupon_id, 0).unwrap().version, 1, "healed");
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert_eq!(r.shards_rebuilt, 1, "{r:?}");
 }
 
 /// A grab's send decided before the loss may land in the queue after it

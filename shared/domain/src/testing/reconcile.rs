@@ -14,7 +14,9 @@ use crate::error::{PublishError, StoreError};
 use crate::grant::{Grant, GrantRecord};
 use crate::ids::{CouponId, RequestId, UserId};
 use crate::issuance::{Held, Holdings};
-use crate::reconcile::ports::{DurableFacts, OutboxEntry, Redrive, RejectedGrant, StockRepair, Verification};
+use crate::reconcile::ports::{
+    DurableFacts, OutboxEntry, Redrive, RejectedGrant, ShardStock, StockRepair, Verification,
+};
 
 /// What DynamoDB would know, and the durable blacklist.
 #[derive(Default)]
@@ -40,6 +42,10 @@ pub struct MemoryFacts {
     pub versions: Mutex<HashMap<CouponId, u64>>,
     /// High-water marks per coupon and shard (what the issuer raises).
     pub high_water: Mutex<HashMap<CouponId, HashMap<u32, u64>>>,
+    /// An operator's change committed just after the next read of a
+    /// definition (one racing the pass that read it): the new definition
+    /// and its version.
+    pub change_after_read: Mutex<Option<(CouponDefinition, u64)>>,
 }
 
 impl MemoryFacts {
@@ -72,6 +78,12 @@ impl DurableFacts for MemoryFacts {
             .find(|d| &d.coupon_id == coupon)
             .cloned();
         let version = self.versions.lock().unwrap().get(coupon).copied().unwrap_or(0);
+        if let Some((changed, to)) = self.change_after_read.lock().unwrap().take() {
+            let mut defs = self.definitions.lock().unwrap();
+            defs.retain(|d| d.coupon_id != changed.coupon_id);
+            self.versions.lock().unwrap().insert(changed.coupon_id.clone(), to);
+            defs.push(changed);
+        }
         Ok(def.map(|definition| StoredCoupon { definition, version }))
     }
     async fn issued(&self, coupon: &CouponId) -> Result<u64, StoreError> {
@@ -201,8 +213,11 @@ impl MemoryShards {
 
 #[async_trait]
 impl StockRepair for MemoryShards {
-    async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<i64>, StoreError> {
-        Ok(self.state(coupon, shard).map(|s| s.stock))
+    async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<ShardStock>, StoreError> {
+        Ok(self.state(coupon, shard).map(|s| ShardStock {
+            stock: s.stock,
+            version: s.version,
+        }))
     }
     async fn outbox(&self, coupon: &CouponId, shard: u32) -> Result<Vec<OutboxEntry>, StoreError> {
         let entries = self.state(coupon, shard).map(|s| s.outbox).unwrap_or_default();
