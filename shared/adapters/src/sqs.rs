@@ -26,16 +26,21 @@ impl SqsPublisher {
 
 #[async_trait]
 impl GrantPublisher for SqsPublisher {
-    async fn publish(&self, grant: &Grant) -> Result<(), PublishError> {
+    async fn publish(&self, grant: &Grant, within_ms: u64) -> Result<(), PublishError> {
         let body = serde_json::to_string(grant).map_err(|e| PublishError(Box::new(e)))?;
-        self.client
+        let send = self
+            .client
             .send_message()
             .queue_url(&self.queue_url)
             .message_body(body)
-            .send()
-            .await
-            .map_err(|e| PublishError(Box::new(e)))?;
-        Ok(())
+            .send();
+        // Given up at the deadline whatever the SDK's own timeouts are (an
+        // operator may raise SQS_TIMEOUT_MS): a send that could still land
+        // later would land outside the reconciler's send window.
+        match tokio::time::timeout(std::time::Duration::from_millis(within_ms), send).await {
+            Ok(sent) => sent.map(|_| ()).map_err(|e| PublishError(Box::new(e))),
+            Err(elapsed) => Err(PublishError(Box::new(elapsed))),
+        }
     }
 }
 

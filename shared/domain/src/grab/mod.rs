@@ -68,6 +68,16 @@ use ports::{
 /// unknown id and one repair request per lost coupon per window.
 pub const LOOKUP_MEMORY_MS: u64 = 5_000;
 
+/// The longest a win's send may take, counted from the instant every step of
+/// the press decided with (`Claim::now_ms`): replica acknowledgements,
+/// settles and retries included, the SQS call must be over by then, or it is
+/// not made (BUSY; the retry sends the replayed win, the outbox keeps it).
+/// The reconciler waits its send window (`RECONCILE_SEND_WINDOW_MS`, 3 s)
+/// after a shard is lost before it trusts that every send decided before the
+/// loss has landed; this budget plus clock skew and a request already on the
+/// wire must stay inside it, whatever the SDK's timeouts are set to.
+pub const SEND_BUDGET_MS: i64 = 2_000;
+
 /// One grab, as the edge parsed it.
 #[derive(Debug, Clone)]
 pub struct GrabRequest {
@@ -275,7 +285,7 @@ impl GrabService {
             }
         }
         match decided.outcome {
-            Ok(rec) => self.won(req, claim.home_shard, rec, decided.replayed).await,
+            Ok(rec) => self.won(req, claim, rec, decided.replayed).await,
             Err(reason) => {
                 // Learn a sell-out only from a decision made now: a replayed
                 // SOLD_OUT may be hours old and stock added since.
@@ -358,10 +368,11 @@ impl GrabService {
     async fn won(
         &self,
         req: &GrabRequest,
-        home: u32,
+        claim: &Claim<'_>,
         rec: GrantRecord,
         replayed: bool,
     ) -> Result<GrabOutcome, GrabError> {
+        let home = claim.home_shard;
         // The request's record lives on the home shard, the unit and its
         // outbox entry on the shard it came from: both must be on a replica.
         let mut shards = vec![home];
@@ -379,7 +390,19 @@ impl GrabService {
             }
         }
         let grant = rec.into_grant(req.coupon.clone(), req.user.clone(), req.request.clone());
-        if let Err(e) = self.publisher.publish(&grant).await {
+        // Every step of this press decided at or after `claim.now_ms`; the
+        // send must be over by SEND_BUDGET_MS after it, or not be made.
+        let spent = self.clock.now_ms().saturating_sub(claim.now_ms);
+        let left = SEND_BUDGET_MS.saturating_sub(spent);
+        if left <= 0 {
+            warn!(grant = %grant.grant_id, spent_ms = spent,
+                "send budget spent before the send; the caller hears BUSY and retries, the outbox keeps it");
+            self.metrics.count(Metric::GrantQueueFailed, None, 1);
+            return Err(GrabError::NotQueued(PublishError(
+                format!("{spent} ms after the decision, past the {SEND_BUDGET_MS} ms send budget").into(),
+            )));
+        }
+        if let Err(e) = self.publisher.publish(&grant, left as u64).await {
             warn!(grant = %grant.grant_id, error = %e, source = ?std::error::Error::source(&e),
                 "grant not queued; the caller hears BUSY and retries, the outbox keeps it");
             self.metrics.count(Metric::GrantQueueFailed, None, 1);

@@ -195,9 +195,12 @@ pub trait RiskGuard: Send + Sync {
 /// Hands a grant to the issuer (SQS).
 #[async_trait]
 pub trait GrantPublisher: Send + Sync {
-    /// Sends one grant. An error means the grant was not queued; it stays in
-    /// the outbox, from where the reconciler re-drives it.
-    async fn publish(&self, grant: &Grant) -> Result<(), PublishError>;
+    /// Sends one grant, and is done (sent, or given up) within `within_ms`:
+    /// a send still running after that could land after the reconciler has
+    /// decided that every send from before a loss has landed (see
+    /// [`super::SEND_BUDGET_MS`]). An error means the grant was not queued;
+    /// it stays in the outbox, from where the reconciler re-drives it.
+    async fn publish(&self, grant: &Grant, within_ms: u64) -> Result<(), PublishError>;
 }
 
 /// The durable catalogue of coupons (the definitions table), asked only

@@ -26,10 +26,19 @@ fn world(ledger: ScriptedLedger, risk: FakeRisk, queue: FakeQueue) -> World {
 }
 
 fn world_with(ledger: ScriptedLedger, risk: FakeRisk, queue: FakeQueue, catalog: MemoryCatalog) -> World {
+    world_at(ledger, risk, queue, catalog, ManualClock::new(1_000))
+}
+
+fn world_at(
+    ledger: ScriptedLedger,
+    risk: FakeRisk,
+    queue: FakeQueue,
+    catalog: MemoryCatalog,
+    clock: ManualClock,
+) -> World {
     let (ledger, risk, queue, catalog) = (Arc::new(ledger), Arc::new(risk), Arc::new(queue), Arc::new(catalog));
     let repairs = Arc::new(FakeRepairs::default());
     let metrics = Arc::new(RecordingMetrics::default());
-    let clock = ManualClock::new(1_000);
     let service = GrabService::new(
         GrabPorts {
             ledger: ledger.clone(),
@@ -91,6 +100,37 @@ async fn a_winner_whose_send_fails_is_not_told_success_and_keeps_its_hold() {
     assert!(matches!(outcome, Err(GrabError::NotQueued(_))), "{outcome:?}");
     assert_eq!(w.metrics.total("GrantQueueFailed"), 1);
     assert_eq!(*w.risk.released.lock().unwrap(), 0, "a win keeps its risk hold");
+}
+
+/// The reconciler trusts that every send decided before a shard was lost
+/// has landed once its send window has passed: a send may not start, or go
+/// on, later than the budget allows, however long the replica took.
+#[tokio::test]
+async fn a_win_is_sent_only_within_its_send_budget_counted_from_the_decision() {
+    for (ack_ms, sent) in [(500, true), (SEND_BUDGET_MS, false)] {
+        let clock = ManualClock::new(1_000);
+        let w = world_at(
+            ScriptedLedger {
+                shards: 1,
+                claim: Some(ClaimReply::Won(record("c-0-1", 0))),
+                slow_replica: Some((clock.clone(), ack_ms)),
+                ..Default::default()
+            },
+            FakeRisk::allowing(),
+            FakeQueue::default(),
+            MemoryCatalog::default(),
+            clock,
+        );
+        let outcome = w.service.grab(&request("u")).await;
+        if sent {
+            assert!(matches!(outcome, Ok(GrabOutcome::Won { .. })), "{outcome:?}");
+            assert_eq!(*w.queue.budgets.lock().unwrap(), vec![(SEND_BUDGET_MS - ack_ms) as u64]);
+        } else {
+            assert!(matches!(outcome, Err(GrabError::NotQueued(_))), "{outcome:?}");
+            assert!(w.queue.budgets.lock().unwrap().is_empty(), "no send started");
+            assert_eq!(*w.risk.released.lock().unwrap(), 0, "a win keeps its risk hold");
+        }
+    }
 }
 
 #[tokio::test]

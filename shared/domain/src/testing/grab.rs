@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
+use crate::clock::ManualClock;
 use crate::error::{PublishError, StoreError};
 use crate::grab::ports::{
     BorrowEnd, Claim, ClaimReply, ClaimStep, CouponCatalog, GrantPublisher, Recorded, RepairRequests, RiskDecision,
@@ -35,6 +36,8 @@ pub struct ScriptedLedger {
     pub fail_claim: bool,
     /// No replica acknowledges a win.
     pub unreplicated: bool,
+    /// Each replica acknowledgement takes this long (the clock is moved).
+    pub slow_replica: Option<(ManualClock, i64)>,
     /// Every call made, in order.
     pub calls: Mutex<Vec<String>>,
 }
@@ -84,6 +87,9 @@ impl StockLedger for ScriptedLedger {
     }
     async fn replicated(&self, _: &CouponId, shard: u32) -> Result<bool, StoreError> {
         self.log(format!("replicated:{shard}"));
+        if let Some((clock, ms)) = &self.slow_replica {
+            clock.advance(*ms);
+        }
         Ok(!self.unreplicated)
     }
 }
@@ -139,11 +145,14 @@ pub struct FakeQueue {
     pub fail: bool,
     /// Every grant accepted, in order.
     pub sent: Mutex<Vec<Grant>>,
+    /// The time each send was given, in ms.
+    pub budgets: Mutex<Vec<u64>>,
 }
 
 #[async_trait]
 impl GrantPublisher for FakeQueue {
-    async fn publish(&self, grant: &Grant) -> Result<(), PublishError> {
+    async fn publish(&self, grant: &Grant, within_ms: u64) -> Result<(), PublishError> {
+        self.budgets.lock().unwrap().push(within_ms);
         if self.fail {
             return Err(PublishError("connection refused".into()));
         }
@@ -188,7 +197,7 @@ pub struct CountingQueue {
 
 #[async_trait]
 impl GrantPublisher for CountingQueue {
-    async fn publish(&self, _grant: &Grant) -> Result<(), PublishError> {
+    async fn publish(&self, _grant: &Grant, _within_ms: u64) -> Result<(), PublishError> {
         self.published.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
