@@ -25,6 +25,7 @@ queue, so nothing is skipped in silence.
 import argparse
 import json
 import os
+import pathlib
 import sys
 import time
 import urllib.error
@@ -166,6 +167,8 @@ class Pump:
 
 STREAM_MAX_RETRIES = 3
 STREAM_BATCH = 100
+# Where `make pump` and `pump.py --drain` keep their place in the stream.
+STREAM_CHECKPOINT = pathlib.Path(__file__).resolve().parents[1] / ".local" / "stream-position.json"
 
 
 class StreamPump:
@@ -173,11 +176,18 @@ class StreamPump:
     event source mapping (with `ReportBatchItemFailures`,
     `BisectBatchOnFunctionError` and an on-failure destination) does it.
 
-    Starts at the stream's trim horizon, so a pump started late still
-    delivers every change; a restarted pump delivers them again, which
-    consumers absorb by event id (as they must for Lambda's retries)."""
+    Keeps its place as the event source mapping does: with a `checkpoint`
+    file, each shard's last handled sequence number is written there after
+    every batch (handled: delivered, or described on the failure queue),
+    and a pump started again reads on after it, so `make pump` and
+    `pump.py --drain` hand the notifier only what is new. A shard it has no
+    place for (a new shard, a new stream: the table was created again) is
+    read from its trim horizon, so a pump started late still delivers every
+    change; a crash between a batch and its checkpoint delivers that batch
+    again, which consumers absorb by event id (as they must for Lambda's
+    retries)."""
 
-    def __init__(self, invoke_fn=None):
+    def __init__(self, invoke_fn=None, checkpoint=None):
         kw = dict(endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name=os.environ.get("AWS_REGION", "us-east-1"))
         ddb = boto3.client("dynamodb", **kw)
         self.streams = boto3.client("dynamodbstreams", **kw)
@@ -185,19 +195,48 @@ class StreamPump:
         self.failure_queue = os.environ.get("NOTIFIER_FAILURE_QUEUE_URL")
         self.arn = ddb.describe_table(TableName=os.environ["USER_COUPONS_TABLE"])["Table"].get("LatestStreamArn")
         self.iterators = {}
+        self.checkpoint = pathlib.Path(checkpoint) if checkpoint else None
+        self.positions = self._load_positions()
         self.invoke = invoke_fn or (lambda payload: invoke("notifier", payload))
         self.delivered = 0
         self.given_up = 0
+
+    def _load_positions(self):
+        """Each shard's last handled sequence number, if the checkpoint is
+        of this stream."""
+        if not (self.checkpoint and self.arn and self.checkpoint.exists()):
+            return {}
+        try:
+            saved = json.loads(self.checkpoint.read_text())
+        except (OSError, ValueError):
+            return {}
+        return dict(saved.get("shards", {})) if saved.get("streamArn") == self.arn else {}
+
+    def _save_positions(self):
+        if not self.checkpoint:
+            return
+        self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.checkpoint.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"streamArn": self.arn, "shards": self.positions}, indent=1))
+        tmp.replace(self.checkpoint)
 
     def _iterators(self):
         if not self.arn:
             return {}
         shards = self.streams.describe_stream(StreamArn=self.arn)["StreamDescription"]["Shards"]
         for shard in shards:
-            if shard["ShardId"] not in self.iterators:
-                self.iterators[shard["ShardId"]] = self.streams.get_shard_iterator(
-                    StreamArn=self.arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-                )["ShardIterator"]
+            sid = shard["ShardId"]
+            if sid in self.iterators:
+                continue
+            after = self.positions.get(sid)
+            try:
+                where = ({"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": after} if after
+                         else {"ShardIteratorType": "TRIM_HORIZON"})
+                out = self.streams.get_shard_iterator(StreamArn=self.arn, ShardId=sid, **where)
+            except self.streams.exceptions.TrimmedDataAccessException:
+                # Its place is older than the stream keeps (24 hours).
+                out = self.streams.get_shard_iterator(StreamArn=self.arn, ShardId=sid, ShardIteratorType="TRIM_HORIZON")
+            self.iterators[sid] = out["ShardIterator"]
         return self.iterators
 
     def once(self):
@@ -211,6 +250,8 @@ class StreamPump:
             if records:
                 self.deliver([self.lambda_record(r) for r in records])
                 handled += len(records)
+                self.positions[shard] = records[-1]["dynamodb"]["SequenceNumber"]
+                self._save_positions()
             self.iterators[shard] = out.get("NextShardIterator")
         return handled
 
@@ -291,7 +332,7 @@ def main():
     parser.add_argument("--reconcile-every", type=float, default=10.0, help="seconds between reconciler runs")
     args = parser.parse_args()
     pump = Pump()
-    stream = StreamPump()
+    stream = StreamPump(checkpoint=STREAM_CHECKPOINT)
     if args.drain:
         pump.drain()
         stream.drain()

@@ -152,3 +152,34 @@ def test_a_failing_invocation_is_halved_and_what_keeps_failing_is_described_on_t
     out = sqs.receive_message(QueueUrl=failures, MaxNumberOfMessages=10)["Messages"]
     (info,) = [json.loads(m["Body"])["DDBStreamBatchInfo"] for m in out]
     assert info["batchSize"] == 1
+
+
+def test_a_pump_started_again_reads_on_after_its_place_and_a_new_stream_from_the_start(stream, tmp_path):
+    seen = []
+
+    def notifier(payload):
+        seen.append([n_of(r) for r in payload["Records"]])
+        return {"batchItemFailures": []}
+
+    place = tmp_path / "stream-position.json"
+    first = pump.StreamPump(notifier, checkpoint=place)
+    first.drain()
+    assert seen == [[0, 1, 2]] and first.delivered == 3
+    saved = json.loads(place.read_text())
+    assert saved["streamArn"] == first.arn and saved["shards"], saved
+
+    kw = dict(endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    boto3.client("dynamodb", **kw).put_item(
+        TableName=os.environ["USER_COUPONS_TABLE"], Item={"pk": {"S": "c"}, "n": {"N": "3"}}
+    )
+    again = pump.StreamPump(notifier, checkpoint=place)
+    again.drain()
+    assert seen == [[0, 1, 2], [3]], "only the change made since"
+
+    # A place kept for another stream (the table was created again) is not
+    # this stream's: it is read from its trim horizon.
+    place.write_text(json.dumps({"streamArn": "arn:aws:dynamodb:us-east-1:0:table/x/stream/old",
+                                 "shards": saved["shards"]}))
+    fresh = pump.StreamPump(notifier, checkpoint=place)
+    fresh.drain()
+    assert seen[-1] == [0, 1, 2, 3]
