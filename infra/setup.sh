@@ -66,7 +66,7 @@ for service in redis-server valkey-server; do
 done
 
 # Headless Chromium opens the sale's HTML report in the tests
-# (infra/tests/test_report.py) and takes the README's screenshot.
+# (infra/tests/test_report.py) and takes the screenshot docs/local.md shows.
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1; then
     echo "installing chromium (apt)"
