@@ -77,12 +77,12 @@ import sys
 import threading
 import time
 
-import boto3
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import pump as pumpmod  # noqa: E402
 import report as reportmod  # noqa: E402
 from faults import Engine, LambdaHost, RedisPair, SqsFaults, env_file  # noqa: E402
+from ledger import holders, ledger, rejected_ids  # noqa: E402
 from localenv import port  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -384,23 +384,6 @@ class Issuance:
         return figures
 
 
-def ledger(coupon):
-    ddb = boto3.client("dynamodb", endpoint_url=os.environ["AWS_ENDPOINT_URL"],
-                       region_name=os.environ.get("AWS_REGION", "us-east-1"))
-    held, rejected = [], set()
-    for page in ddb.get_paginator("query").paginate(
-        TableName=os.environ["USER_COUPONS_TABLE"], IndexName="by-coupon",
-        KeyConditionExpression="coupon_id = :c", ExpressionAttributeValues={":c": {"S": coupon}},
-    ):
-        held += [(i["user_id"]["S"], i["grant_id"]["S"]) for i in page["Items"]]
-    for page in ddb.get_paginator("query").paginate(
-        TableName=os.environ["COUPONS_TABLE"], KeyConditionExpression="pk = :pk AND begins_with(sk, :g)",
-        ExpressionAttributeValues={":pk": {"S": f"COUPON#{coupon}"}, ":g": {"S": "GRANT#"}},
-    ):
-        rejected |= {i["sk"]["S"].removeprefix("GRANT#") for i in page["Items"]}
-    return held, rejected
-
-
 UNAVAILABLE = {"BUSY", "TRANSPORT_ERROR", "GATEWAY_ERROR"}
 
 
@@ -435,7 +418,8 @@ def availability(answers, healed_at):
 
 
 def judge(sale, figures):
-    held, rejected = ledger(sale.coupon)
+    coupons, rejections = ledger(sale.coupon)
+    held, rejected = holders(coupons), rejected_ids(rejections)
     wallets = collections.defaultdict(set)
     for user, grant in held:
         wallets[user].add(grant)

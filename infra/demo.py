@@ -44,6 +44,7 @@ import boto3
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import pump as pumpmod  # noqa: E402
 import report as reportmod  # noqa: E402
+from ledger import holders, ledger  # noqa: E402
 from localenv import port  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -265,34 +266,6 @@ def progress(done, total, started, width=40):
     sys.stderr.flush()
 
 
-def percentile(sorted_values, p):
-    if not sorted_values:
-        return 0.0
-    k = min(len(sorted_values) - 1, max(0, round(p / 100 * (len(sorted_values) - 1))))
-    return sorted_values[k]
-
-
-def ledger(coupon_id):
-    ddb = boto3.client(
-        "dynamodb", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name=os.environ.get("AWS_REGION", "us-east-1")
-    )
-    items, rejected = [], []
-    for page in ddb.get_paginator("query").paginate(
-        TableName=os.environ["USER_COUPONS_TABLE"],
-        IndexName="by-coupon",
-        KeyConditionExpression="coupon_id = :c",
-        ExpressionAttributeValues={":c": {"S": coupon_id}},
-    ):
-        items += page["Items"]
-    for page in ddb.get_paginator("query").paginate(
-        TableName=os.environ["COUPONS_TABLE"],
-        KeyConditionExpression="pk = :pk AND begins_with(sk, :g)",
-        ExpressionAttributeValues={":pk": {"S": f"COUPON#{coupon_id}"}, ":g": {"S": "GRANT#"}},
-    ):
-        rejected += page["Items"]
-    return items, rejected
-
-
 SUMMARY_KEYS = [
     "requests", "winners", "issued", "stock", "oversell", "duplicates", "lost", "rejected",
     "redeemed", "returned", "double_spends", "used_in_dynamodb", "notifications", "pushed",
@@ -370,7 +343,7 @@ def main():
         figures = next((c for c in reconcile.get("coupons", []) if c["couponId"] == coupon_id), {})
 
         print("  the order service spends a share of the coupons and gives some back ...")
-        held = [(i["user_id"]["S"], i["grant_id"]["S"]) for i in ledger(coupon_id)[0]]
+        held = holders(ledger(coupon_id)[0])
         spending = orders(coupon_id, held, random.Random(args.seed), args.concurrency)
 
         print("  telling the users: the change stream through the notifier to the event bus ...")
@@ -400,9 +373,9 @@ def main():
             "rejected": len(rejected),
             "transport_errors": codes.get("TRANSPORT_ERROR", 0),
             "codes": dict(codes),
-            "p50_ms": round(percentile(latencies, 50), 2),
-            "p90_ms": round(percentile(latencies, 90), 2),
-            "p99_ms": round(percentile(latencies, 99), 2),
+            "p50_ms": round(reportmod.percentile(latencies, 50), 2),
+            "p90_ms": round(reportmod.percentile(latencies, 90), 2),
+            "p99_ms": round(reportmod.percentile(latencies, 99), 2),
             "max_ms": round(latencies[-1], 2) if latencies else 0,
             "throughput_rps": round(len(results) / elapsed, 1),
             "startup_seconds": round(startup, 2),
