@@ -79,9 +79,8 @@ if not verified(meta) then return {'UNVERIFIED'} end
 
 local ordinal = claimed + 1
 redis.call('HINCRBY', users, user, 1)
-local record
-if stock > 0 then
-  record = issue(meta, outbox, user, ordinal, request_id, now)
+local record = issue(meta, outbox, stock, user, ordinal, request_id, now)
+if record then
   redis.call('SET', req, record, 'PX', ttl)
   return {'WIN', record}
 end

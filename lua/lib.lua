@@ -23,8 +23,12 @@
 -- Takes one unit of this shard's stock for (user, ordinal): bumps the shard's
 -- grant sequence, appends the grant to the outbox under the stream id
 -- <seq>-0 (so a grant id <coupon>-<shard>-<seq> is found with one XRANGE),
--- and returns its W-record. The caller has checked that stock > 0.
-local function issue(meta, outbox, user, ordinal, request_id, now)
+-- and returns its W-record; or nil, taking nothing, when `stock` (the
+-- shard's stock as the caller read it in this same script) is not
+-- positive. The one place a shard's stock goes down, and so the one place
+-- that keeps it from going below zero.
+local function issue(meta, outbox, stock, user, ordinal, request_id, now)
+  if not stock or stock <= 0 then return nil end
   redis.call('HINCRBY', meta, 'stock', -1)
   local seq = redis.call('HINCRBY', meta, 'seq', 1)
   local ids = redis.call('HMGET', meta, 'coupon_id', 'shard')

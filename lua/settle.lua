@@ -54,8 +54,8 @@ if closed ~= '' then
   redis.call('SET', req, 'L|' .. closed, 'PX', ttl)
   return {'DONE', 'L|' .. closed}
 end
-if tonumber(m[1] or '0') > 0 then
-  local record = issue(meta, outbox, user, ordinal, request_id, now)
+local record = issue(meta, outbox, tonumber(m[1]), user, ordinal, request_id, now)
+if record then
   redis.call('SET', req, record, 'PX', ttl)
   return {'DONE', record}
 end

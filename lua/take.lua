@@ -22,8 +22,7 @@ if tonumber(now) >= tonumber(m[3]) then return {'CLOSED', 'ENDED'} end
 -- not even an EMPTY: a borrow that heard only EMPTY stamps its home shard
 -- sold out.
 if not verified(meta) then return {'UNVERIFIED'} end
-if tonumber(m[1]) <= 0 then return {'EMPTY'} end
-
-local record = issue(meta, outbox, user, ordinal, request_id, now)
+local record = issue(meta, outbox, tonumber(m[1]), user, ordinal, request_id, now)
+if not record then return {'EMPTY'} end
 redis.call('HSET', taken, field, record)
 return {'WIN', record}

@@ -116,6 +116,8 @@ struct Granted<'a> {
     coupon_id: &'a str,
     ordinal: u32,
     status: &'static str,
+    /// Always true: SUCCESS is answered only once the queue took the grant.
+    /// Kept in the contract for clients written against it.
     queued: bool,
     replayed: bool,
     granted_at_ms: i64,
@@ -124,16 +126,12 @@ struct Granted<'a> {
 /// Maps a domain outcome to the response envelope.
 pub fn outcome_reply(outcome: &GrabOutcome) -> Reply {
     match outcome {
-        GrabOutcome::Won {
-            grant,
-            queued,
-            replayed,
-        } => Reply::success_of(&Granted {
+        GrabOutcome::Won { grant, replayed } => Reply::success_of(&Granted {
             grant_id: &grant.grant_id,
             coupon_id: grant.coupon_id.as_str(),
             ordinal: grant.ordinal,
             status: "PENDING",
-            queued: *queued,
+            queued: true,
             replayed: *replayed,
             granted_at_ms: grant.granted_at_ms,
         }),

@@ -60,13 +60,12 @@ impl RiskReason {
 /// How a grab ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GrabOutcome {
-    /// A unit of stock is the caller's.
+    /// A unit of stock is the caller's, and its grant is on the queue to
+    /// the issuer (a win whose send failed is not an outcome but
+    /// [`crate::grab::GrabError::NotQueued`]).
     Won {
-        /// The grant, as queued for the issuer.
+        /// The grant, as the queue took it.
         grant: Grant,
-        /// True if the grant was handed to SQS by this request; false if it
-        /// waits in the outbox for the reconciler (send failed, or replay).
-        queued: bool,
         /// True if this answer is the stored outcome of an earlier request
         /// with the same request id.
         replayed: bool,

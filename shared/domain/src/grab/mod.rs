@@ -408,11 +408,7 @@ impl GrabService {
             self.metrics.count(Metric::GrantQueueFailed, None, 1);
             return Err(GrabError::NotQueued(e));
         }
-        Ok(GrabOutcome::Won {
-            grant,
-            queued: true,
-            replayed,
-        })
+        Ok(GrabOutcome::Won { grant, replayed })
     }
 
     async fn release(&self, hold: &RiskHold) {

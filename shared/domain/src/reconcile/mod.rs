@@ -1,32 +1,40 @@
 //! Reconciliation: the scheduled job that keeps Redis (fast, volatile) and
 //! DynamoDB (durable, the arbiter) honest with each other.
 //!
-//! Per coupon whose window is open or recently closed, one pass, reading in
-//! the order units flow (Redis stock, outboxes, DynamoDB) so that a unit
-//! moving during the pass is never counted nowhere:
+//! Per coupon whose window is open or recently closed, one pass
+//! ([`Reconciler::coupon`], whose numbered comments are these steps),
+//! reading in the order units flow (Redis stock, outboxes, DynamoDB) so
+//! that a unit moving during the pass is never counted nowhere:
 //!
-//! 0. Re-reads the definition and its version, and applies it to any shard
-//!    still on an older one (an operator's change whose Redis step failed).
-//! 1. Checks the shards whose Redis server restarted since they were
-//!    stamped (they sell nothing until then): once the send window is over
-//!    and the queue is empty, behind the durable mark (or out of stock)
-//!    means rolled back, dropped; otherwise they sell again. Then reads
-//!    every shard; a shard without state while DynamoDB knows the coupon
-//!    means Redis lost data.
-//! 2. Walks each outbox: entries DynamoDB confirms (issued under that grant
-//!    id, or rejected) are trimmed; the rest are pending, and those older
-//!    than the grace period are re-driven to SQS (winners whose send failed,
-//!    or whose Lambda died after the Lua call).
-//! 3. Finishes borrows whose caller died (resumed exactly as a client retry
-//!    would: idempotent per user and ordinal).
-//! 4. Rebuilds lost shards from DynamoDB, once the send window has passed
-//!    since the loss was found and the grant queue is empty (every grant
-//!    sent before the loss has reached DynamoDB): per-user counts first, then stock
-//!    (`total - issued - rejected - what surviving shards hold or owe`) under
-//!    the definition as stored at that moment, at its version, then
-//!    invalidates every shard's "sold out" stamp.
-//! 5. Checks `total = remaining + issued + pending + rejected` and reports
-//!    any drift with its cause.
+//! 0. Rollbacks: a shard whose grant sequence is behind its durable
+//!    high-water mark is dropped; a shard whose Redis server restarted since
+//!    it was stamped (it sells nothing until then) is checked once the send
+//!    window is over and the queue is empty: behind its mark, or out of
+//!    stock, it is dropped; otherwise stamped again, and every epoch bumped.
+//! 1. Surviving stock, each shard with its definition version; a shard
+//!    without state while DynamoDB knows the coupon means Redis lost it
+//!    (since when is kept in `<shard>:lost`). Shards still on an older
+//!    version get the stored definition (an operator's change whose Redis
+//!    step failed).
+//! 2. Borrows whose caller died, finished exactly as a client retry would
+//!    (idempotent per user and ordinal), not while a shard is lost; then
+//!    every outbox is read.
+//! 3. The grant queue's depth: what may still be on its way.
+//! 4. DynamoDB: outbox entries it confirms (issued under that grant id, or
+//!    rejected) are trimmed; the others are pending, and those past the
+//!    grace period (past the backlog horizon while the queue holds
+//!    messages) are re-driven to SQS, only from shards a replica holds and
+//!    that are still current. Then lost shards are rebuilt, once the send
+//!    window has passed since the loss was found, the queue is empty, the
+//!    `by-coupon` index lists every coupon the counters count and the pass
+//!    read one definition version throughout: per-user counts and request
+//!    outcomes first, then stock (`total - issued - rejected - pending -
+//!    what surviving shards hold`) at that version, then every shard's
+//!    "sold out" stamp is voided.
+//!
+//! The pass ends with the stock equation,
+//! `total = remaining + issued + pending + rejected - overgranted`
+//! ([`figures::balance`]), any drift reported with its cause.
 //!
 //! Once per run, blacklist flags Redis lost are set again from the durable
 //! blacklist (never one an operator lifted meanwhile).
