@@ -214,3 +214,28 @@ async fn a_body_that_names_a_key_twice_is_refused_on_every_route_and_changes_not
         wallet.body
     );
 }
+
+/// A number no field's type holds (valid by JSON, and by a schema without a
+/// maximum) is refused with the field and its range, never serde's words
+/// alone, and changes nothing.
+#[tokio::test]
+async fn a_number_beyond_what_its_field_holds_is_refused_with_the_field_and_the_range() {
+    let h = Harness::new().await;
+    let def = h.coupon(10);
+    assert_eq!(h.admin_create(&def).await.code(), "SUCCESS");
+
+    let r = h
+        .admin_send(
+            Event::admin("PUT", &path(&def, "/rate"), None)
+                .body(r#"{"ratePerSec": 5, "burst": 6869465605437298966505390918491701248}"#)
+                .build(),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (400, "INVALID_REQUEST"), "{}", r.body);
+    assert_eq!(
+        r.body["data"]["detail"],
+        "`burst` must be an integer from 0 to 4294967295"
+    );
+    let view = h.admin_call("GET", &path(&def, ""), None).await;
+    assert_eq!(view.body["data"]["version"], 0, "no change was applied");
+}

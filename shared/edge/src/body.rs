@@ -82,13 +82,41 @@ pub fn parse_object<T: DeserializeOwned>(bytes: &[u8], detail: Detail) -> Result
         return Err(Reply::invalid("the body must be a JSON object"));
     }
     integral_to_integer(&mut value);
-    serde_json::from_value(value).map_err(|e| {
+    serde_path_to_error::deserialize(value).map_err(|e| {
         Reply::invalid(match detail {
             Detail::Fixed(text) => text.to_owned(),
-            Detail::Serde => cut(e.to_string(), 200),
+            Detail::Serde => cut(explain(&e), 200),
         })
     })
 }
+
+/// serde's refusal with the field it concerns; a number outside what the
+/// field's integer type holds is told as that type's range (serde alone
+/// says `invalid type: floating point ..., expected u32`).
+fn explain(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    let inner = e.inner().to_string();
+    let path = e.path().to_string();
+    if path == "." {
+        return inner;
+    }
+    let number = inner.starts_with("invalid value: integer") || inner.starts_with("invalid type: floating point");
+    let range = INTEGER_RANGES
+        .iter()
+        .find(|(ty, _)| inner.ends_with(&format!("expected {ty}")))
+        .map(|(_, range)| *range);
+    match range {
+        Some(range) if number => format!("`{path}` must be an integer from {range}"),
+        _ => format!("`{path}`: {inner}"),
+    }
+}
+
+/// The integer types of the bodies, and what each holds.
+const INTEGER_RANGES: [(&str, &str); 4] = [
+    ("u32", "0 to 4294967295"),
+    ("u64", "0 to 18446744073709551615"),
+    ("i64", "-9223372036854775808 to 9223372036854775807"),
+    ("u16", "0 to 65535"),
+];
 
 /// The first key an object of `bytes` names twice, at any depth; `None`
 /// when there is none or `bytes` is not JSON (the parse that follows says
@@ -303,6 +331,44 @@ mod tests {
         assert_eq!(
             parse_object::<Stock>(br#"{"add": 7}"#, Detail::Serde).unwrap(),
             Stock { add: 7 }
+        );
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct Rate {
+        rate_per_sec: u32,
+        #[serde(default)]
+        burst: u32,
+    }
+
+    #[test]
+    fn a_number_beyond_its_fields_type_is_refused_with_the_field_and_the_range() {
+        for body in [
+            r#"{"ratePerSec": 5, "burst": 6869465605437298966505390918491701248}"#,
+            r#"{"ratePerSec": 5, "burst": 4294967296}"#,
+            r#"{"ratePerSec": 5, "burst": -1}"#,
+        ] {
+            let err = parse_object::<Rate>(body.as_bytes(), Detail::Serde).unwrap_err();
+            assert_eq!(
+                detail_of(err),
+                "`burst` must be an integer from 0 to 4294967295",
+                "{body}"
+            );
+        }
+        let err = parse_object::<Stock>(br#"{"add": 1.5}"#, Detail::Serde).unwrap_err();
+        assert_eq!(
+            detail_of(err),
+            "`add` must be an integer from 0 to 18446744073709551615"
+        );
+        let err = parse_object::<Rate>(br#"{"ratePerSec": "five"}"#, Detail::Serde).unwrap_err();
+        assert!(detail_of(err).starts_with("`ratePerSec`: invalid type: string"));
+        assert_eq!(
+            parse_object::<Rate>(br#"{"ratePerSec": 5, "burst": 4294967295}"#, Detail::Serde).unwrap(),
+            Rate {
+                rate_per_sec: 5,
+                burst: u32::MAX
+            }
         );
     }
 
