@@ -16,7 +16,8 @@ use std::io::Read;
 use std::process::ExitCode;
 
 use admin::{wire, Clients, Config};
-use coupon_domain::admin::{Actor, AdminContext, AdminError};
+use coupon_domain::admin::{AdminContext, AdminError};
+use coupon_domain::audit::Actor;
 use coupon_domain::catalog::Created;
 use coupon_domain::coupon::CouponDefinition;
 use coupon_domain::ids::CouponId;

@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use coupon_adapters::redis::RedisLive;
-use coupon_domain::admin::{LiveSettings, ShardApply};
 use coupon_domain::coupon::StoredCoupon;
 use coupon_domain::error::StoreError;
 use coupon_domain::grab::home_shard;
 use coupon_domain::ids::{CouponId, UserId};
+use coupon_domain::live::{LiveSettings, ShardApply};
 use grab::GrabApp;
 use serde_json::{json, Value};
 

@@ -7,7 +7,8 @@
 
 use std::hash::{BuildHasher, Hasher};
 
-use coupon_domain::admin::{Actor, AdminContext};
+use coupon_domain::admin::AdminContext;
+use coupon_domain::audit::Actor;
 use coupon_domain::ids::RequestId;
 use coupon_edge::{header_str, ErrorCode, Reply};
 use lambda_http::request::RequestContext;

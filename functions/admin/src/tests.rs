@@ -2,7 +2,7 @@
 //! property test that no request shape makes the edge panic.
 
 use super::*;
-use coupon_domain::admin::Actor;
+use coupon_domain::audit::Actor;
 use coupon_edge::Matched;
 use lambda_http::http::Method;
 use proptest::prelude::*;

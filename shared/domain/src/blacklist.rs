@@ -8,7 +8,7 @@
 
 use async_trait::async_trait;
 
-use crate::admin::AuditEntry;
+use crate::audit::AuditEntry;
 use crate::error::StoreError;
 use crate::ids::UserId;
 

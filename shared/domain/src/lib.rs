@@ -31,6 +31,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod audit;
 pub mod blacklist;
 pub mod catalog;
 pub mod clock;
@@ -41,6 +42,7 @@ pub mod grab;
 pub mod grant;
 pub mod ids;
 pub mod issuance;
+pub mod live;
 pub mod metrics;
 pub mod notify;
 pub mod outcome;

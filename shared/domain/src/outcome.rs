@@ -62,7 +62,7 @@ impl RiskReason {
 pub enum GrabOutcome {
     /// A unit of stock is the caller's, and its grant is on the queue to
     /// the issuer (a win whose send failed is not an outcome but
-    /// [`crate::grab::GrabError::NotQueued`]).
+    /// `GrabError::NotQueued` of the grab use case).
     Won {
         /// The grant, as the queue took it.
         grant: Grant,

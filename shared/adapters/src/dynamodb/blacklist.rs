@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem};
-use coupon_domain::admin::AuditEntry;
+use coupon_domain::audit::AuditEntry;
 use coupon_domain::blacklist::BlacklistRecord;
 use coupon_domain::error::StoreError;
 use coupon_domain::ids::UserId;

@@ -4,10 +4,10 @@
 //! bumped in a second phase (`lua/bump_epoch.lua`), run by the use case.
 
 use async_trait::async_trait;
-use coupon_domain::admin::{LiveSettings, ShardApply};
 use coupon_domain::coupon::StoredCoupon;
 use coupon_domain::error::StoreError;
 use coupon_domain::ids::CouponId;
+use coupon_domain::live::{LiveSettings, ShardApply};
 
 use super::conn::{protocol, unavailable, Redis};
 use super::repair::bump_epoch;

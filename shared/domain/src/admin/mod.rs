@@ -42,11 +42,11 @@ use crate::reconcile::{CouponReport, Reconciler};
 mod model;
 pub mod ports;
 
-pub use model::{
-    Actor, AdminAction, AdminContext, AdminError, Applied, AuditEntry, AuditTarget, ChangeResult, CouponChange,
-    CouponFigures, CouponView, RateChange,
-};
-pub use ports::{AdminStore, CouponRevocations, LiveSettings, Revoked, ShardApply};
+pub use model::{AdminContext, AdminError, Applied, ChangeResult, CouponChange, CouponFigures, CouponView, RateChange};
+pub use ports::{AdminStore, CouponRevocations, Revoked};
+
+use crate::audit::{AdminAction, AuditEntry, AuditTarget};
+use crate::live::LiveSettings;
 
 /// The dependencies of [`AdminService`], built once per Lambda instance.
 pub struct AdminPorts {
@@ -393,6 +393,7 @@ impl AdminService {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::Actor;
 
     #[test]
     fn actors_are_printable_ascii_of_bounded_length() {

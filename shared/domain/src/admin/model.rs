@@ -1,85 +1,12 @@
-//! The admin vocabulary: who acted, what they did, the audit entry that
-//! records it, the change a durable transaction applies, and what the API
-//! shows and refuses.
+//! The admin vocabulary: who is asking, the change a durable transaction
+//! applies, and what the API shows and refuses (who acted and what they did
+//! is the audit module).
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
+use crate::audit::{Actor, AuditEntry};
 use crate::coupon::{CouponDefinition, DefinitionError};
 use crate::error::StoreError;
-use crate::ids::{CouponId, UserId};
-
-/// Who made an admin change: the IAM principal in AWS, a named operator in
-/// the local mode. Printable ASCII, 1 to 256 characters: it is stored and
-/// shown, so nothing that could forge a log line gets in.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Actor(String);
-
-impl Actor {
-    /// Parses an actor.
-    pub fn parse(raw: &str) -> Result<Self, DefinitionError> {
-        if raw.is_empty() || raw.len() > 256 || !raw.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-            return Err(DefinitionError {
-                field: "actor",
-                problem: "must be 1 to 256 printable ASCII characters".into(),
-            });
-        }
-        Ok(Self(raw.to_owned()))
-    }
-
-    /// The actor as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// What an operator did; the audit log's vocabulary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum AdminAction {
-    /// Created (or re-created, a no-op) a coupon.
-    CreateCoupon,
-    /// Took a coupon online or offline.
-    SetStatus,
-    /// Added stock.
-    AddStock,
-    /// Changed the rate limit.
-    SetRate,
-    /// Put a user on the blacklist.
-    BlacklistAdd,
-    /// Took a user off the blacklist.
-    BlacklistRemove,
-    /// Ran a reconciliation.
-    Reconcile,
-    /// Revoked one user's coupon.
-    RevokeCoupon,
-}
-
-/// What an audit entry is about.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AuditTarget {
-    /// A coupon.
-    Coupon(CouponId),
-    /// A user (the blacklist).
-    User(UserId),
-}
-
-/// One recorded admin change: who, what, when, and the details.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AuditEntry {
-    /// The operation's id (the idempotency key when one was sent).
-    pub operation_id: String,
-    /// Who.
-    pub actor: Actor,
-    /// What.
-    pub action: AdminAction,
-    /// When (ms since epoch).
-    pub at_ms: i64,
-    /// Before/after values and anything else worth keeping.
-    pub detail: Value,
-}
 
 /// Who is asking and under which operation id.
 #[derive(Debug, Clone)]
@@ -134,8 +61,8 @@ pub struct Applied {
 
 impl Applied {
     /// Counts one shard's answer.
-    pub fn count(&mut self, shard: super::ports::ShardApply) {
-        use super::ports::ShardApply::*;
+    pub fn count(&mut self, shard: crate::live::ShardApply) {
+        use crate::live::ShardApply::*;
         match shard {
             Applied => self.applied += 1,
             Current => self.current += 1,

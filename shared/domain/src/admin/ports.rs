@@ -1,10 +1,12 @@
 //! The admin use cases' ports: the durable side (definitions at a version,
-//! the audit log, reports) and the live side (Redis shards).
+//! the audit log, reports) and revocations; the live side (Redis shards) is
+//! the live module, shared with the reconciler.
 
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::model::{AuditEntry, AuditTarget, ChangeResult, CouponChange};
+use super::model::{ChangeResult, CouponChange};
+use crate::audit::{AuditEntry, AuditTarget};
 use crate::coupon::StoredCoupon;
 use crate::error::StoreError;
 use crate::ids::{CouponId, UserId};
@@ -27,30 +29,6 @@ pub trait AdminStore: Send + Sync {
     async fn save_report(&self, coupon: &CouponId, report: &Value) -> Result<(), StoreError>;
     /// The latest report, if any.
     async fn last_report(&self, coupon: &CouponId) -> Result<Option<Value>, StoreError>;
-}
-
-/// What one shard did with a definition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShardApply {
-    /// Applied now.
-    Applied,
-    /// This version or a newer one was there already.
-    Current,
-    /// The shard has no state (lost; the reconciler rebuilds it from the
-    /// durable definition, which already has the change).
-    Missing,
-}
-
-/// The Redis side of administration, one shard at a time: the use case
-/// runs the two phases (every shard's stock, then every shard's epoch).
-#[async_trait]
-pub trait LiveSettings: Send + Sync {
-    /// Applies the stored definition to one shard (status, rate, stock
-    /// share) unless the shard has this version or a newer one. Leaves the
-    /// shard's sold-out epoch alone.
-    async fn apply_shard(&self, coupon: &StoredCoupon, shard: u32) -> Result<ShardApply, StoreError>;
-    /// Invalidates the shard's sold-out stamp (a no-op on a missing shard).
-    async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError>;
 }
 
 /// What a revocation found.

@@ -49,7 +49,6 @@ use std::sync::Arc;
 
 use tracing::{info, instrument, warn};
 
-use crate::admin::{LiveSettings, ShardApply};
 use crate::blacklist::{BlacklistFlags, BlacklistRecord};
 use crate::clock::Clock;
 use crate::coupon::{CouponDefinition, StoredCoupon};
@@ -59,6 +58,7 @@ use crate::grab::{finish_borrow, home_shard};
 use crate::grant::Grant;
 use crate::ids::{CouponId, UserId};
 use crate::issuance::Held;
+use crate::live::{LiveSettings, ShardApply};
 use crate::metrics::{Metric, Metrics};
 
 mod figures;

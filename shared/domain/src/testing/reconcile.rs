@@ -7,13 +7,14 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::admin::{AuditEntry, LiveSettings, ShardApply};
+use crate::audit::AuditEntry;
 use crate::blacklist::{BlacklistFlags, BlacklistRecord};
 use crate::coupon::{CouponDefinition, CouponStatus, StoredCoupon};
 use crate::error::{PublishError, StoreError};
 use crate::grant::{Grant, GrantRecord};
 use crate::ids::{CouponId, RequestId, UserId};
 use crate::issuance::{Held, Holdings};
+use crate::live::{LiveSettings, ShardApply};
 use crate::reconcile::ports::{
     DurableFacts, OutboxEntry, Redrive, RejectedGrant, ShardStock, StockRepair, Verification,
 };
