@@ -97,6 +97,33 @@ impl GrantRecord {
     }
 }
 
+/// A grant id taken apart: `<couponId>-<shard>-<seq>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantRef {
+    /// The whole id.
+    pub grant_id: String,
+    /// The coupon.
+    pub coupon: CouponId,
+    /// The stock shard.
+    pub shard: u32,
+    /// The shard's grant sequence number (the outbox stream id `<seq>-0`).
+    pub seq: u64,
+}
+
+impl GrantRef {
+    /// Parses a grant id from the right (coupon ids may contain `-`).
+    pub fn parse(raw: &str) -> Option<Self> {
+        let (rest, seq) = raw.rsplit_once('-')?;
+        let (coupon, shard) = rest.rsplit_once('-')?;
+        Some(Self {
+            grant_id: raw.to_owned(),
+            coupon: CouponId::parse(coupon).ok()?,
+            shard: shard.parse().ok()?,
+            seq: seq.parse().ok()?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +140,15 @@ mod tests {
     fn other_records_are_not_grants() {
         for bad in ["B|1|1|5", "L|SOLD_OUT", "W|x|y|0|1", "W||1|0|1", "W|a|1|0|1|extra"] {
             assert!(GrantRecord::parse(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn grant_ids_parse_from_the_right() {
+        let g = GrantRef::parse("spring-20-3-117").unwrap();
+        assert_eq!((g.coupon.as_str(), g.shard, g.seq), ("spring-20", 3, 117));
+        for bad in ["", "x", "c-1", "c-x-1", "c-1-y", "-1-2", "a:b-1-2"] {
+            assert!(GrantRef::parse(bad).is_none(), "{bad}");
         }
     }
 }

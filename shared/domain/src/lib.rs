@@ -50,4 +50,5 @@ pub mod reconcile;
 pub mod redemption;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
+pub mod user_coupon;
 pub mod wallet;

@@ -9,9 +9,9 @@ use coupon_domain::coupon::{CouponDefinition, StoredCoupon};
 use coupon_domain::error::StoreError;
 use coupon_domain::grant::Grant;
 use coupon_domain::ids::CouponId;
-use coupon_domain::issuance::Holdings;
 use coupon_domain::reconcile::ports::{DurableFacts, RejectedGrant};
 use coupon_domain::reconcile::{CouponReport, ReconcileSettings, Reconciler};
+use coupon_domain::user_coupon::Holdings;
 
 use super::harness::Harness;
 use super::stack::HOUR;

@@ -2,7 +2,7 @@
 
 use coupon_adapters::dynamodb::DynamoWallet;
 use coupon_domain::ids::UserId;
-use coupon_domain::issuance::UserCoupon;
+use coupon_domain::user_coupon::UserCoupon;
 use coupon_domain::wallet::WalletStore;
 
 use super::events::{decode, request, Event, Resp};

@@ -9,8 +9,8 @@ use coupon_domain::coupon::{CouponDefinition, StoredCoupon};
 use coupon_domain::error::StoreError;
 use coupon_domain::grant::{Grant, GrantRecord};
 use coupon_domain::ids::{CouponId, RequestId, UserId};
-use coupon_domain::issuance::{Held, Holdings, RejectReason};
 use coupon_domain::reconcile::ports::{DurableFacts, RejectedGrant};
+use coupon_domain::user_coupon::{Held, Holdings, RejectReason};
 
 use super::items::{
     coupon_pk, get_n, get_s, n, parse_definition, s, unavailable, user_coupon_sk, user_pk, Item, Tables,

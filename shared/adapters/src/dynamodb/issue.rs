@@ -15,7 +15,8 @@ use coupon_domain::coupon::{counter_items_for, fnv1a64, CouponDefinition};
 use coupon_domain::error::BoxError;
 use coupon_domain::grant::Grant;
 use coupon_domain::ids::CouponId;
-use coupon_domain::issuance::{IssueError, IssueLedger, IssueOutcome, RejectReason};
+use coupon_domain::issuance::{IssueError, IssueLedger, IssueOutcome};
+use coupon_domain::user_coupon::RejectReason;
 
 use super::items::{coupon_pk, get_n, get_s, n, s, user_coupon_sk, user_pk, Item, Tables};
 

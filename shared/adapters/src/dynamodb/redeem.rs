@@ -8,9 +8,10 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use coupon_domain::error::StoreError;
+use coupon_domain::grant::GrantRef;
 use coupon_domain::ids::{OrderId, UserId};
-use coupon_domain::issuance::{GrantRef, UserCoupon};
 use coupon_domain::redemption::{Redemptions, Written};
+use coupon_domain::user_coupon::UserCoupon;
 
 use super::items::{n, s, unavailable, user_coupon_sk, user_pk, Tables};
 use super::wallet::{held_of_coupon, parse_user_coupon};

@@ -9,8 +9,9 @@ use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
 use coupon_domain::admin::{CouponRevocations, Revoked};
 use coupon_domain::audit::{AuditEntry, AuditTarget};
 use coupon_domain::error::StoreError;
+use coupon_domain::grant::GrantRef;
 use coupon_domain::ids::UserId;
-use coupon_domain::issuance::{CouponState, GrantRef, UserCoupon};
+use coupon_domain::user_coupon::{CouponState, UserCoupon};
 
 use super::admin::{audit_item, audit_pk};
 use super::items::{get_s, n, s, unavailable, Item, Tables};

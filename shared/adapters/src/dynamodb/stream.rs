@@ -124,7 +124,7 @@ fn attribute(v: &Value) -> Result<AttributeValue, String> {
 
 #[cfg(test)]
 mod tests {
-    use coupon_domain::issuance::CouponState;
+    use coupon_domain::user_coupon::CouponState;
     use serde_json::json;
 
     use super::*;

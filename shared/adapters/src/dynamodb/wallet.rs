@@ -5,8 +5,9 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use coupon_domain::error::StoreError;
+use coupon_domain::grant::GrantRef;
 use coupon_domain::ids::{CouponId, OrderId, UserId};
-use coupon_domain::issuance::{CouponState, GrantRef, GrantStatus, RejectReason, UserCoupon};
+use coupon_domain::user_coupon::{CouponState, GrantStatus, RejectReason, UserCoupon};
 use coupon_domain::wallet::WalletStore;
 
 use super::items::{coupon_pk, get_n, get_s, s, unavailable, user_pk, Item, Tables};

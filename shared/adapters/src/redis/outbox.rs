@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use coupon_domain::error::StoreError;
+use coupon_domain::grant::GrantRef;
 use coupon_domain::ids::UserId;
-use coupon_domain::issuance::GrantRef;
 use coupon_domain::wallet::ports::OutboxLookup;
 use redis::AsyncCommands;
 

@@ -7,8 +7,8 @@ use coupon_domain::coupon::StoredCoupon;
 use coupon_domain::error::StoreError;
 use coupon_domain::grant::{Grant, GrantRecord};
 use coupon_domain::ids::{CouponId, RequestId, UserId};
-use coupon_domain::issuance::Held;
 use coupon_domain::reconcile::ports::{OutboxEntry, ShardStock, StockRepair, Verification};
+use coupon_domain::user_coupon::Held;
 use redis::AsyncCommands;
 
 use super::conn::{protocol, unavailable, Redis};

@@ -34,10 +34,11 @@ use crate::blacklist::{BlacklistFlags, BlacklistRecord};
 use crate::catalog::{create_coupon, CouponRepository, CreateError, Created, StockPreheater};
 use crate::clock::Clock;
 use crate::coupon::{CouponDefinition, CouponStatus, StoredCoupon};
+use crate::grant::GrantRef;
 use crate::ids::{CouponId, UserId};
-use crate::issuance::{GrantRef, UserCoupon};
 use crate::reconcile::ports::{DurableFacts, StockRepair};
 use crate::reconcile::{CouponReport, Reconciler};
+use crate::user_coupon::UserCoupon;
 
 mod model;
 pub mod ports;

@@ -9,8 +9,9 @@ use super::model::{ChangeResult, CouponChange};
 use crate::audit::{AuditEntry, AuditTarget};
 use crate::coupon::StoredCoupon;
 use crate::error::StoreError;
+use crate::grant::GrantRef;
 use crate::ids::{CouponId, UserId};
-use crate::issuance::{GrantRef, UserCoupon};
+use crate::user_coupon::UserCoupon;
 
 /// The durable side of administration (DynamoDB).
 #[async_trait]

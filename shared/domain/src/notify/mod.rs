@@ -44,8 +44,8 @@ use tracing::{instrument, warn};
 
 use crate::error::StoreError;
 use crate::ids::{CouponId, OrderId, UserId};
-use crate::issuance::{CouponState, UserCoupon};
 use crate::metrics::{Metric, Metrics};
+use crate::user_coupon::{CouponState, UserCoupon};
 pub use ports::EventBus;
 
 /// What happened to a coupon, as consumers subscribe to it.

@@ -57,9 +57,9 @@ use crate::grab::ports::{BorrowEnd, Claim, Recorded, StockLedger};
 use crate::grab::{finish_borrow, home_shard};
 use crate::grant::Grant;
 use crate::ids::{CouponId, UserId};
-use crate::issuance::Held;
 use crate::live::{LiveSettings, ShardApply};
 use crate::metrics::{Metric, Metrics};
+use crate::user_coupon::Held;
 
 mod figures;
 pub mod ports;

@@ -9,7 +9,7 @@ use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::{PublishError, StoreError};
 use crate::grant::Grant;
 use crate::ids::{CouponId, RequestId, UserId};
-use crate::issuance::{Held, Holdings, RejectReason};
+use crate::user_coupon::{Held, Holdings, RejectReason};
 
 /// One outbox entry: a grant and its stream sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]

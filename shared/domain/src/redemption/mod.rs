@@ -31,8 +31,9 @@ use tracing::instrument;
 
 use crate::clock::Clock;
 use crate::error::StoreError;
+use crate::grant::GrantRef;
 use crate::ids::{OrderId, UserId};
-use crate::issuance::{CouponState, GrantRef, UserCoupon};
+use crate::user_coupon::{CouponState, UserCoupon};
 pub use ports::{Redemptions, Written};
 
 /// Why a redemption or a return was refused.

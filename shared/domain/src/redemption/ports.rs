@@ -4,8 +4,9 @@
 use async_trait::async_trait;
 
 use crate::error::StoreError;
+use crate::grant::GrantRef;
 use crate::ids::{OrderId, UserId};
-use crate::issuance::{GrantRef, UserCoupon};
+use crate::user_coupon::UserCoupon;
 
 /// The outcome of a conditional write.
 #[derive(Debug, Clone, PartialEq, Eq)]

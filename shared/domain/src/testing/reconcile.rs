@@ -13,11 +13,11 @@ use crate::coupon::{CouponDefinition, CouponStatus, StoredCoupon};
 use crate::error::{PublishError, StoreError};
 use crate::grant::{Grant, GrantRecord};
 use crate::ids::{CouponId, RequestId, UserId};
-use crate::issuance::{Held, Holdings};
 use crate::live::{LiveSettings, ShardApply};
 use crate::reconcile::ports::{
     DurableFacts, OutboxEntry, Redrive, RejectedGrant, ShardStock, StockRepair, Verification,
 };
+use crate::user_coupon::{Held, Holdings};
 
 /// What DynamoDB would know, and the durable blacklist.
 #[derive(Default)]

@@ -8,9 +8,10 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use crate::error::StoreError;
+use crate::grant::GrantRef;
 use crate::ids::{OrderId, UserId};
-use crate::issuance::{CouponState, GrantRef, UserCoupon};
 use crate::redemption::{Redemptions, Written};
+use crate::user_coupon::{CouponState, UserCoupon};
 
 /// A change made right before the next conditional write (a concurrent
 /// order's redemption, say).

@@ -6,8 +6,9 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use crate::error::StoreError;
+use crate::grant::GrantRef;
 use crate::ids::UserId;
-use crate::issuance::{GrantRef, GrantStatus, UserCoupon};
+use crate::user_coupon::{GrantStatus, UserCoupon};
 use crate::wallet::ports::{OutboxLookup, WalletStore};
 
 /// The durable side: coupons and grant statuses per user.

@@ -17,8 +17,9 @@ use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::error::StoreError;
+use crate::grant::GrantRef;
 use crate::ids::UserId;
-use crate::issuance::{CouponState, GrantRef, GrantStatus, UserCoupon};
+use crate::user_coupon::{CouponState, GrantStatus, UserCoupon};
 
 pub mod ports;
 pub use ports::{OutboxLookup, WalletStore};
@@ -158,8 +159,8 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use crate::ids::CouponId;
-    use crate::issuance::RejectReason;
     use crate::testing::{MemoryOutbox, MemoryWallet};
+    use crate::user_coupon::RejectReason;
 
     fn service(wallet: Arc<MemoryWallet>, outbox: Arc<MemoryOutbox>) -> WalletService {
         WalletService::new(wallet, outbox, Arc::new(ManualClock::new(NOW)))

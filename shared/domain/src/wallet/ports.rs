@@ -4,8 +4,9 @@
 use async_trait::async_trait;
 
 use crate::error::StoreError;
+use crate::grant::GrantRef;
 use crate::ids::UserId;
-use crate::issuance::{GrantRef, GrantStatus, UserCoupon};
+use crate::user_coupon::{GrantStatus, UserCoupon};
 
 /// What a user can read about their coupons (DynamoDB).
 #[async_trait]
