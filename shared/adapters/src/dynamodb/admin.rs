@@ -15,7 +15,8 @@ use coupon_domain::coupon::{counter_additions, StoredCoupon};
 use coupon_domain::error::StoreError;
 use coupon_domain::ids::CouponId;
 
-use super::items::{coupon_pk, get_s, malformed, n, put_if_absent, s, unavailable, Item, Tables};
+use super::items::{get_s, malformed, n, put_if_absent, s, unavailable, Item, Tables};
+use super::keys::{self, coupon_pk};
 
 /// [`AdminStore`] on DynamoDB.
 #[derive(Debug, Clone)]
@@ -33,7 +34,7 @@ impl DynamoAdminStore {
 pub(super) fn audit_pk(target: &AuditTarget) -> String {
     match target {
         AuditTarget::Coupon(c) => coupon_pk(c),
-        AuditTarget::User(u) => format!("BLACKLIST#{u}"),
+        AuditTarget::User(u) => keys::blacklist_pk(u),
     }
 }
 
@@ -47,7 +48,7 @@ pub(super) fn audit_sk(entry: &AuditEntry) -> String {
     } else {
         entry.at_ms.max(0)
     };
-    format!("AUDIT#{ms:015}#{}", entry.operation_id)
+    keys::audit_sk(ms, &entry.operation_id)
 }
 
 pub(super) fn audit_item(pk: String, entry: &AuditEntry) -> Result<Item, StoreError> {
@@ -82,7 +83,7 @@ impl AdminStore for DynamoAdminStore {
         let update = Update::builder()
             .table_name(&self.tables.coupons)
             .key("pk", s(pk.clone()))
-            .key("sk", s("DEF"))
+            .key("sk", s(keys::DEF))
             .update_expression("SET #def = :d, #fp = :f, #total = :t, #st = :s, #ver = :next")
             .condition_expression("#ver = :read")
             .expression_attribute_names("#def", "definition")
@@ -101,7 +102,7 @@ impl AdminStore for DynamoAdminStore {
         let mut items = vec![TransactWriteItem::builder().update(update).build()];
         let before = def.total_stock - change.added_stock;
         for (k, add, new) in counter_additions(before, change.added_stock) {
-            let sk = format!("COUNTER#{k}");
+            let sk = keys::counter_sk(k);
             if new {
                 items.push(put_if_absent(
                     &self.tables.coupons,
@@ -135,7 +136,7 @@ impl AdminStore for DynamoAdminStore {
                 &self.tables.coupons,
                 HashMap::from([
                     ("pk".to_owned(), s(pk.clone())),
-                    ("sk".to_owned(), s(format!("OP#{key}"))),
+                    ("sk".to_owned(), s(keys::op_sk(key))),
                     ("at_ms".to_owned(), n(change.audit.at_ms)),
                 ]),
             )?);
@@ -201,7 +202,7 @@ impl AdminStore for DynamoAdminStore {
             .table_name(&self.tables.coupons)
             .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
             .expression_attribute_values(":pk", s(audit_pk(target)))
-            .expression_attribute_values(":prefix", s("AUDIT#"))
+            .expression_attribute_values(":prefix", s(keys::AUDIT_PREFIX))
             .scan_index_forward(false)
             .limit(i32::try_from(limit + 1).unwrap_or(i32::MAX))
             .consistent_read(true)
@@ -228,7 +229,7 @@ impl AdminStore for DynamoAdminStore {
             .put_item()
             .table_name(&self.tables.coupons)
             .item("pk", s(coupon_pk(coupon)))
-            .item("sk", s("REPORT"))
+            .item("sk", s(keys::REPORT))
             .item("report", s(report.to_string()))
             .send()
             .await
@@ -238,7 +239,7 @@ impl AdminStore for DynamoAdminStore {
 
     async fn last_report(&self, coupon: &CouponId) -> Result<Option<serde_json::Value>, StoreError> {
         self.tables
-            .get(coupon_pk(coupon), "REPORT")
+            .get(coupon_pk(coupon), keys::REPORT)
             .await?
             .map(|item| {
                 let json = get_s(&item, "report").ok_or_else(|| malformed("report", "no report attribute"))?;

@@ -12,6 +12,7 @@ use coupon_domain::ids::UserId;
 
 use super::admin::audit_item;
 use super::items::{get_s, n, s, unavailable, Tables};
+use super::keys;
 
 /// [`BlacklistRecord`] on DynamoDB.
 #[derive(Debug, Clone)]
@@ -29,12 +30,12 @@ impl DynamoBlacklist {
 #[async_trait]
 impl BlacklistRecord for DynamoBlacklist {
     async fn set(&self, user: &UserId, on: bool, entry: &AuditEntry) -> Result<(), StoreError> {
-        let pk = format!("BLACKLIST#{user}");
+        let pk = keys::blacklist_pk(user);
         let flag = if on {
             let put = Put::builder()
                 .table_name(&self.tables.coupons)
                 .item("pk", s(pk.clone()))
-                .item("sk", s("ENTRY"))
+                .item("sk", s(keys::ENTRY))
                 .item("user_id", s(user.as_str()))
                 .item("actor", s(entry.actor.as_str()))
                 .item("at_ms", n(entry.at_ms))
@@ -45,7 +46,7 @@ impl BlacklistRecord for DynamoBlacklist {
             let delete = Delete::builder()
                 .table_name(&self.tables.coupons)
                 .key("pk", s(pk.clone()))
-                .key("sk", s("ENTRY"))
+                .key("sk", s(keys::ENTRY))
                 .build()
                 .map_err(unavailable)?;
             TransactWriteItem::builder().delete(delete).build()
@@ -69,7 +70,7 @@ impl BlacklistRecord for DynamoBlacklist {
     }
 
     async fn contains(&self, user: &UserId) -> Result<bool, StoreError> {
-        Ok(self.tables.get(format!("BLACKLIST#{user}"), "ENTRY").await?.is_some())
+        Ok(self.tables.get(keys::blacklist_pk(user), keys::ENTRY).await?.is_some())
     }
 
     async fn users(&self) -> Result<Vec<UserId>, StoreError> {
@@ -78,8 +79,8 @@ impl BlacklistRecord for DynamoBlacklist {
             .scan_coupons(
                 "sk = :entry AND begins_with(pk, :black)",
                 HashMap::from([
-                    (":entry".to_owned(), s("ENTRY")),
-                    (":black".to_owned(), s("BLACKLIST#")),
+                    (":entry".to_owned(), s(keys::ENTRY)),
+                    (":black".to_owned(), s(keys::BLACKLIST_PREFIX)),
                 ]),
             )
             .await?;

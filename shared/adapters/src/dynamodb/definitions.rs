@@ -12,7 +12,8 @@ use coupon_domain::coupon::CouponDefinition;
 use coupon_domain::error::StoreError;
 use coupon_domain::ids::CouponId;
 
-use super::items::{coupon_pk, n, parse_definition, put_if_absent, s, unavailable, Item, Tables};
+use super::items::{n, parse_definition, put_if_absent, s, unavailable, Item, Tables};
+use super::keys::{self, coupon_pk};
 
 /// [`CouponRepository`] on DynamoDB.
 #[derive(Debug, Clone)]
@@ -40,7 +41,7 @@ impl CouponRepository for DynamoCouponRepository {
             .transact_write_items()
             .transact_items(put(HashMap::from([
                 ("pk".to_owned(), s(pk.clone())),
-                ("sk".to_owned(), s("DEF")),
+                ("sk".to_owned(), s(keys::DEF)),
                 ("definition".to_owned(), s(json)),
                 ("fingerprint".to_owned(), s(def.fingerprint())),
                 ("total_stock".to_owned(), n(def.total_stock)),
@@ -52,7 +53,7 @@ impl CouponRepository for DynamoCouponRepository {
         for k in 0..def.counter_items() {
             request = request.transact_items(put(HashMap::from([
                 ("pk".to_owned(), s(pk.clone())),
-                ("sk".to_owned(), s(format!("COUNTER#{k}"))),
+                ("sk".to_owned(), s(keys::counter_sk(k))),
                 ("cap".to_owned(), n(def.counter_cap(k))),
                 ("issued".to_owned(), n(0)),
             ]))?);
@@ -62,7 +63,7 @@ impl CouponRepository for DynamoCouponRepository {
             Err(SdkError::ServiceError(e))
                 if matches!(e.err(), TransactWriteItemsError::TransactionCanceledException(_)) =>
             {
-                let Some(item) = self.tables.get(pk, "DEF").await? else {
+                let Some(item) = self.tables.get(pk, keys::DEF).await? else {
                     return Err(StoreError::Unavailable("definition write cancelled".into()));
                 };
                 if parse_definition(&item)?.fingerprint() != def.fingerprint() {
@@ -86,7 +87,7 @@ impl CouponRepository for DynamoCouponRepository {
             .update_item()
             .table_name(&self.tables.coupons)
             .key("pk", s(coupon_pk(coupon)))
-            .key("sk", s("DEF"))
+            .key("sk", s(keys::DEF))
             .update_expression("SET preheated = :yes")
             .condition_expression("attribute_exists(pk)")
             .expression_attribute_values(":yes", AttributeValue::Bool(true))
@@ -103,7 +104,7 @@ impl CouponRepository for DynamoCouponRepository {
             .get_item()
             .table_name(&self.tables.coupons)
             .key("pk", s(coupon_pk(coupon)))
-            .key("sk", s("DEF"))
+            .key("sk", s(keys::DEF))
             .consistent_read(true)
             .send()
             .await
@@ -140,7 +141,7 @@ impl coupon_domain::grab::ports::CouponCatalog for DynamoCatalog {
             .get_item()
             .table_name(&self.coupons_table)
             .key("pk", s(coupon_pk(coupon)))
-            .key("sk", s("DEF"))
+            .key("sk", s(keys::DEF))
             .projection_expression("#d")
             .expression_attribute_names("#d", "definition")
             .send()

@@ -12,10 +12,8 @@ use coupon_domain::ids::{CouponId, RequestId, UserId};
 use coupon_domain::reconcile::ports::{DurableFacts, RejectedGrant};
 use coupon_domain::user_coupon::{Held, Holdings, RejectReason};
 
-use super::items::{
-    coupon_pk, get_n, get_s, n, parse_definition, s, unavailable, user_coupon_sk, user_pk, Item, Tables,
-    BY_COUPON_INDEX,
-};
+use super::items::{get_n, get_s, n, parse_definition, s, unavailable, Item, Tables, BY_COUPON_INDEX};
+use super::keys::{self, coupon_pk, user_coupon_sk, user_pk};
 
 /// One user coupon item as the rebuild needs it: the request that won it
 /// and its grant, when the item records them (items issued before they were
@@ -52,7 +50,7 @@ impl DurableFacts for DynamoFacts {
     async fn definitions(&self) -> Result<Vec<CouponDefinition>, StoreError> {
         let items = self
             .tables
-            .scan_coupons("sk = :def", HashMap::from([(":def".to_owned(), s("DEF"))]))
+            .scan_coupons("sk = :def", HashMap::from([(":def".to_owned(), s(keys::DEF))]))
             .await?;
         items.iter().map(parse_definition).collect()
     }
@@ -62,17 +60,17 @@ impl DurableFacts for DynamoFacts {
     }
 
     async fn issued(&self, coupon: &CouponId) -> Result<u64, StoreError> {
-        let counters = self.tables.coupon_items(coupon, "COUNTER#").await?;
+        let counters = self.tables.coupon_items(coupon, keys::COUNTER_PREFIX).await?;
         Ok(counters.iter().filter_map(|i| get_n::<u64>(i, "issued")).sum())
     }
 
     async fn rejections(&self, coupon: &CouponId) -> Result<Vec<RejectedGrant>, StoreError> {
-        let items = self.tables.coupon_items(coupon, "GRANT#").await?;
+        let items = self.tables.coupon_items(coupon, keys::GRANT_PREFIX).await?;
         Ok(items
             .iter()
             .filter_map(|i| {
                 Some(RejectedGrant {
-                    grant_id: get_s(i, "sk")?.strip_prefix("GRANT#")?.to_owned(),
+                    grant_id: get_s(i, "sk")?.strip_prefix(keys::GRANT_PREFIX)?.to_owned(),
                     reason: RejectReason::parse(get_s(i, "reason")?)?,
                 })
             })
@@ -168,7 +166,7 @@ impl DurableFacts for DynamoFacts {
             .put_item()
             .table_name(&self.tables.coupons)
             .item("pk", s(coupon_pk(coupon)))
-            .item("sk", s(format!("REBUILD#{now_ms:015}")))
+            .item("sk", s(keys::rebuild_sk(now_ms)))
             .item("restored", n(restored))
             .send()
             .await
@@ -177,15 +175,15 @@ impl DurableFacts for DynamoFacts {
     }
 
     async fn was_rebuilt(&self, coupon: &CouponId) -> Result<bool, StoreError> {
-        Ok(!self.tables.coupon_items(coupon, "REBUILD#").await?.is_empty())
+        Ok(!self.tables.coupon_items(coupon, keys::REBUILD_PREFIX).await?.is_empty())
     }
 
     async fn high_water(&self, coupon: &CouponId) -> Result<HashMap<u32, u64>, StoreError> {
-        let items = self.tables.coupon_items(coupon, "SEQ#").await?;
+        let items = self.tables.coupon_items(coupon, keys::SEQ_PREFIX).await?;
         Ok(items
             .iter()
             .filter_map(|i| {
-                let shard = get_s(i, "sk")?.strip_prefix("SEQ#")?.parse().ok()?;
+                let shard = get_s(i, "sk")?.strip_prefix(keys::SEQ_PREFIX)?.parse().ok()?;
                 Some((shard, get_n(i, super::issue::HIGH_WATER)?))
             })
             .collect())

@@ -18,7 +18,8 @@ use coupon_domain::ids::CouponId;
 use coupon_domain::issuance::{IssueError, IssueLedger, IssueOutcome};
 use coupon_domain::user_coupon::RejectReason;
 
-use super::items::{coupon_pk, get_n, get_s, n, s, user_coupon_sk, user_pk, Item, Tables};
+use super::items::{get_n, get_s, n, s, Item, Tables};
+use super::keys::{self, coupon_pk, user_coupon_sk, user_pk};
 
 /// [`IssueLedger`] on DynamoDB.
 #[derive(Debug, Clone)]
@@ -43,7 +44,7 @@ impl DynamoIssueLedger {
             .get_item()
             .table_name(&self.tables.coupons)
             .key("pk", s(coupon_pk(coupon)))
-            .key("sk", s("DEF"))
+            .key("sk", s(keys::DEF))
             .projection_expression("total_stock")
             .consistent_read(true)
             .send()
@@ -110,7 +111,7 @@ impl DynamoIssueLedger {
             .put_item()
             .table_name(&self.tables.coupons)
             .item("pk", s(coupon_pk(&grant.coupon_id)))
-            .item("sk", s(format!("GRANT#{}", grant.grant_id)))
+            .item("sk", s(keys::grant_sk(&grant.grant_id)))
             .item("status", s("REJECTED"))
             .item("reason", s(reason.as_str()))
             .item("user_id", s(grant.user_id.as_str()))
@@ -230,7 +231,7 @@ pub(super) const HIGH_WATER: &str = "high_water";
 
 /// The sort key of a shard's high-water mark item.
 pub(super) fn high_water_sk(shard: u32) -> String {
-    format!("SEQ#{shard}")
+    keys::seq_sk(shard)
 }
 
 impl DynamoIssueLedger {
@@ -265,7 +266,7 @@ impl DynamoIssueLedger {
             let take = Update::builder()
                 .table_name(&self.tables.coupons)
                 .key("pk", s(coupon_pk(&grant.coupon_id)))
-                .key("sk", s(format!("COUNTER#{counter}")))
+                .key("sk", s(keys::counter_sk(counter)))
                 .update_expression("SET issued = issued + :one")
                 .condition_expression("issued < cap")
                 .expression_attribute_values(":one", n(1))

@@ -7,28 +7,13 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
 use coupon_domain::coupon::{CouponDefinition, StoredCoupon};
 
+use super::keys::{self, coupon_pk};
 use crate::config::TableNames;
 use coupon_domain::error::StoreError;
-use coupon_domain::ids::{CouponId, UserId};
+use coupon_domain::ids::CouponId;
 
 /// One DynamoDB item.
 pub(super) type Item = HashMap<String, AttributeValue>;
-
-/// The partition key of everything about one coupon.
-pub fn coupon_pk(coupon: &CouponId) -> String {
-    format!("COUPON#{coupon}")
-}
-
-/// The partition key of a user's wallet.
-pub fn user_pk(user: &UserId) -> String {
-    format!("USER#{user}")
-}
-
-/// The sort key of a user's n-th claim of a coupon: the idempotency key of
-/// issuance (invariant 2).
-pub fn user_coupon_sk(coupon: &CouponId, ordinal: u32) -> String {
-    format!("COUPON#{coupon}#{ordinal:03}")
-}
 
 /// The user-coupons index by coupon.
 pub const BY_COUPON_INDEX: &str = "by-coupon";
@@ -138,7 +123,7 @@ impl Tables {
 
     /// A coupon's definition and version, read consistently.
     pub(super) async fn stored(&self, coupon: &CouponId) -> Result<Option<StoredCoupon>, StoreError> {
-        let Some(item) = self.get(coupon_pk(coupon), "DEF").await? else {
+        let Some(item) = self.get(coupon_pk(coupon), keys::DEF).await? else {
             return Ok(None);
         };
         Ok(Some(StoredCoupon {

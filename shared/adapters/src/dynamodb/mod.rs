@@ -1,7 +1,8 @@
 //! The DynamoDB adapters: durable coupon definitions, the capped counters, the
 //! users' coupons, rejections, and the facts the reconciler reads.
 //!
-//! Two tables, both keyed `pk` (S) / `sk` (S):
+//! Two tables, both keyed `pk` (S) / `sk` (S), every key spelled once in
+//! `keys.rs`:
 //!
 //! | table | `pk` | `sk` | what |
 //! | --- | --- | --- | --- |
@@ -37,6 +38,7 @@ mod definitions;
 mod facts;
 mod issue;
 mod items;
+mod keys;
 mod redeem;
 mod revoke;
 mod stream;
@@ -47,7 +49,8 @@ pub use blacklist::DynamoBlacklist;
 pub use definitions::{DynamoCatalog, DynamoCouponRepository};
 pub use facts::DynamoFacts;
 pub use issue::DynamoIssueLedger;
-pub use items::{coupon_pk, user_coupon_sk, user_pk, Tables, BY_COUPON_INDEX};
+pub use items::{Tables, BY_COUPON_INDEX};
+pub use keys::{coupon_pk, user_coupon_sk, user_pk};
 pub use redeem::DynamoRedemptions;
 pub use revoke::DynamoRevocations;
 pub use stream::stream_record;

@@ -13,7 +13,8 @@ use coupon_domain::ids::{OrderId, UserId};
 use coupon_domain::redemption::{Redemptions, Written};
 use coupon_domain::user_coupon::UserCoupon;
 
-use super::items::{n, s, unavailable, user_coupon_sk, user_pk, Tables};
+use super::items::{n, s, unavailable, Tables};
+use super::keys::{user_coupon_sk, user_pk};
 use super::wallet::{held_of_coupon, parse_user_coupon};
 
 /// [`Redemptions`] on DynamoDB.

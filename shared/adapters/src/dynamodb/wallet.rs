@@ -10,7 +10,8 @@ use coupon_domain::ids::{CouponId, OrderId, UserId};
 use coupon_domain::user_coupon::{CouponState, GrantStatus, RejectReason, UserCoupon};
 use coupon_domain::wallet::WalletStore;
 
-use super::items::{coupon_pk, get_n, get_s, s, unavailable, user_pk, Item, Tables};
+use super::items::{get_n, get_s, s, unavailable, Item, Tables};
+use super::keys::{self, coupon_pk, user_pk};
 
 /// [`WalletStore`] on DynamoDB.
 #[derive(Debug, Clone)]
@@ -90,7 +91,7 @@ impl WalletStore for DynamoWallet {
             .get_item()
             .table_name(&self.tables.coupons)
             .key("pk", s(coupon_pk(&grant.coupon)))
-            .key("sk", s(format!("GRANT#{}", grant.grant_id)))
+            .key("sk", s(keys::grant_sk(&grant.grant_id)))
             .consistent_read(true)
             .send()
             .await
@@ -113,7 +114,7 @@ pub(super) async fn held_of_coupon(tables: &Tables, user: &UserId, grant: &Grant
             "pk = :pk AND begins_with(sk, :prefix)",
             HashMap::from([
                 (":pk".to_owned(), s(user_pk(user))),
-                (":prefix".to_owned(), s(format!("COUPON#{}#", grant.coupon))),
+                (":prefix".to_owned(), s(keys::user_coupon_prefix(&grant.coupon))),
             ]),
         )
         .await
