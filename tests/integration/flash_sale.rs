@@ -99,9 +99,16 @@ pub(crate) async fn assert_exactly_stock_won(
     let queued: Vec<_> = h.stack.drain(&h.queue_url).await;
     let queued_ids: HashSet<String> = queued.iter().map(|g| g.grant_id.clone()).collect();
     // One message per SUCCESS: a replayed win is sent again (its first send
-    // may have failed), and the issuer absorbs the repeats.
+    // may have failed), and the issuer absorbs the repeats. A send given up
+    // at its budget (the press heard BUSY) may still have landed: at most
+    // one more message per BUSY, and only ever a winner's.
     let successes = result.codes.get("SUCCESS").copied().unwrap_or(0);
-    assert_eq!(queued.len(), successes, "one SQS message per SUCCESS answered");
+    let busy = result.codes.get("BUSY").copied().unwrap_or(0);
+    assert!(
+        (successes..=successes + busy).contains(&queued.len()),
+        "one SQS message per SUCCESS answered, and at most one per BUSY: {} messages, {successes} SUCCESS, {busy} BUSY",
+        queued.len()
+    );
     let won: HashSet<String> = all.into_iter().cloned().collect();
     assert_eq!(queued_ids, won, "SQS carries exactly the winners");
     assert_eq!(outbox, won, "the outbox holds exactly the winners");

@@ -1,7 +1,7 @@
 //! The admin API's settings (also `couponctl`'s), read once at start.
 
 use coupon_adapters::config::{dynamodb_calls, AwsCallSettings, RedisSettings, TableNames};
-use coupon_domain::config::{metrics_namespace, ConfigError, Env};
+use coupon_domain::config::{metrics_namespace, reconcile_grace_ms, ConfigError, Env};
 
 /// Everything the admin API (and `couponctl`) reads.
 #[derive(Debug, Clone)]
@@ -34,11 +34,11 @@ pub struct Config {
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from(&Env::process())
+        Self::read(&Env::process())
     }
 
     /// Reads any [`Env`].
-    pub fn from(env: &Env) -> Result<Self, ConfigError> {
+    pub fn read(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self {
             redis: RedisSettings::from_env(env)?,
             tables: TableNames::from_env(env)?,
@@ -46,9 +46,9 @@ impl Config {
             dlq_url: env.optional("GRANT_DLQ_URL"),
             max_total_stock: env.number("MAX_TOTAL_STOCK", 10_000_000, 1..=1_000_000_000)?,
             local_mode: env.flag("ADMIN_LOCAL_MODE", false)?,
-            max_body_bytes: env.number("MAX_BODY_BYTES", 4_096, 64..=1_048_576)?,
+            max_body_bytes: coupon_edge::max_body_bytes(env)?,
             aws: dynamodb_calls(env)?,
-            grace_ms: env.number("RECONCILE_GRACE_MS", 30_000, 0..=86_400_000)?,
+            grace_ms: reconcile_grace_ms(env)?,
             metrics_namespace: metrics_namespace(env),
         })
     }
@@ -66,11 +66,11 @@ mod tests {
             ("USER_COUPONS_TABLE", "u"),
             ("GRANT_QUEUE_URL", "http://q"),
         ];
-        assert!(!Config::from(&Env::from_pairs(&base)).unwrap().local_mode);
+        assert!(!Config::read(&Env::from_pairs(&base)).unwrap().local_mode);
         let mut local = base.to_vec();
         local.push(("ADMIN_LOCAL_MODE", "true"));
-        assert!(Config::from(&Env::from_pairs(&local)).unwrap().local_mode);
-        let err = Config::from(&Env::from_pairs(&base[..3])).unwrap_err();
+        assert!(Config::read(&Env::from_pairs(&local)).unwrap().local_mode);
+        let err = Config::read(&Env::from_pairs(&base[..3])).unwrap_err();
         assert_eq!(err.to_string(), "GRANT_QUEUE_URL is required but not set");
     }
 }

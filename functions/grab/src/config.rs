@@ -35,11 +35,11 @@ pub struct Config {
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from(&Env::process())
+        Self::read(&Env::process())
     }
 
     /// Reads any [`Env`].
-    pub fn from(env: &Env) -> Result<Self, ConfigError> {
+    pub fn read(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self {
             redis: RedisSettings::from_env(env)?,
             queue_url: queue_url(env, "GRANT_QUEUE_URL")?,
@@ -87,7 +87,7 @@ mod tests {
 
     #[test]
     fn defaults_apply_when_only_the_required_settings_are_given() {
-        let cfg = Config::from(&env_with(&[])).unwrap();
+        let cfg = Config::read(&env_with(&[])).unwrap();
         assert!(!cfg.http.trust_identity_headers);
         assert_eq!(cfg.risk.daily_claims_per_user, 5);
         assert_eq!(cfg.http.max_body_bytes, 4096);
@@ -96,27 +96,27 @@ mod tests {
 
     #[test]
     fn a_missing_queue_url_names_the_variable() {
-        let err = Config::from(&Env::from_pairs(&BASE[..1])).unwrap_err();
+        let err = Config::read(&Env::from_pairs(&BASE[..1])).unwrap_err();
         assert_eq!(err.to_string(), "GRANT_QUEUE_URL is required but not set");
     }
 
     #[test]
     fn a_repair_queue_that_is_not_a_url_names_the_variable() {
-        let err = Config::from(&env_with(&[("REPAIR_QUEUE_URL", "repairs")])).unwrap_err();
+        let err = Config::read(&env_with(&[("REPAIR_QUEUE_URL", "repairs")])).unwrap_err();
         assert!(err.to_string().starts_with("REPAIR_QUEUE_URL is invalid"), "{err}");
     }
 
     #[test]
     fn a_malformed_number_names_the_variable_and_not_the_value() {
-        let err = Config::from(&env_with(&[("SOLD_OUT_MEMORY_MS", "soon")])).unwrap_err();
+        let err = Config::read(&env_with(&[("SOLD_OUT_MEMORY_MS", "soon")])).unwrap_err();
         assert!(err.to_string().starts_with("SOLD_OUT_MEMORY_MS is invalid"));
-        let err = Config::from(&env_with(&[("MAX_BODY_BYTES", "1")])).unwrap_err();
+        let err = Config::read(&env_with(&[("MAX_BODY_BYTES", "1")])).unwrap_err();
         assert!(err.to_string().contains("between 64"));
     }
 
     #[test]
     fn the_redis_url_is_never_printed() {
-        let cfg = Config::from(&env_with(&[])).unwrap();
+        let cfg = Config::read(&env_with(&[])).unwrap();
         assert!(!format!("{cfg:?}").contains("hunter2-pw"));
     }
 }

@@ -72,7 +72,7 @@ fn app(ledger: ScriptedLedger, queue: Arc<FakeQueue>) -> GrabApp {
 }
 
 fn app_with(ledger: ScriptedLedger, queue: Arc<FakeQueue>, catalog: MemoryCatalog) -> GrabApp {
-    let config = Config::from(&coupon_domain::config::Env::from_pairs(&[
+    let config = Config::read(&coupon_domain::config::Env::from_pairs(&[
         ("REDIS_URL", "redis://127.0.0.1:1"),
         ("GRANT_QUEUE_URL", "http://127.0.0.1:1/q"),
         ("REPAIR_QUEUE_URL", "http://127.0.0.1:1/repairs"),

@@ -19,11 +19,11 @@ pub struct Config {
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from(&Env::process())
+        Self::read(&Env::process())
     }
 
     /// Reads any [`Env`].
-    pub fn from(env: &Env) -> Result<Self, ConfigError> {
+    pub fn read(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self {
             tables: TableNames::from_env(env)?,
             dynamodb: dynamodb_calls(env)?,
@@ -39,9 +39,9 @@ mod tests {
 
     #[test]
     fn the_tables_are_required_and_named_when_missing() {
-        let err = Config::from(&Env::from_pairs(&[("COUPONS_TABLE", "c")])).unwrap_err();
+        let err = Config::read(&Env::from_pairs(&[("COUPONS_TABLE", "c")])).unwrap_err();
         assert_eq!(err.to_string(), "USER_COUPONS_TABLE is required but not set");
-        let cfg = Config::from(&Env::from_pairs(&[("COUPONS_TABLE", "c"), ("USER_COUPONS_TABLE", "u")])).unwrap();
+        let cfg = Config::read(&Env::from_pairs(&[("COUPONS_TABLE", "c"), ("USER_COUPONS_TABLE", "u")])).unwrap();
         assert_eq!(cfg.concurrency, 16);
     }
 }

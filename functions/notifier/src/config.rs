@@ -18,11 +18,11 @@ pub struct Config {
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from(&Env::process())
+        Self::read(&Env::process())
     }
 
     /// Reads any [`Env`].
-    pub fn from(env: &Env) -> Result<Self, ConfigError> {
+    pub fn read(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self {
             bus: env.required("EVENT_BUS_NAME")?,
             events: AwsCallSettings {
@@ -40,9 +40,9 @@ mod tests {
 
     #[test]
     fn the_bus_is_required_and_named_when_missing() {
-        let err = Config::from(&Env::from_pairs(&[])).unwrap_err();
+        let err = Config::read(&Env::from_pairs(&[])).unwrap_err();
         assert_eq!(err.to_string(), "EVENT_BUS_NAME is required but not set");
-        let cfg = Config::from(&Env::from_pairs(&[("EVENT_BUS_NAME", "coupons")])).unwrap();
+        let cfg = Config::read(&Env::from_pairs(&[("EVENT_BUS_NAME", "coupons")])).unwrap();
         assert_eq!((cfg.bus.as_str(), cfg.events.max_attempts), ("coupons", 3));
     }
 }

@@ -2,7 +2,11 @@
 //! URL (or host), or found through the ElastiCache API by replication group.
 
 use coupon_adapters::config::{dynamodb_calls, AwsCallSettings, RedisSettings, TableNames};
-use coupon_domain::config::{metrics_namespace, ConfigError, Env};
+use coupon_domain::config::{metrics_namespace, reconcile_grace_ms, ConfigError, Env};
+
+/// The URL a discovered group's settings carry until ElastiCache names the
+/// endpoint.
+const DISCOVERED: &str = "redis://discovered-at-cold-start";
 
 /// Where the reconciler finds Redis.
 #[derive(Debug, Clone)]
@@ -10,8 +14,15 @@ pub enum RedisSource {
     /// `REDIS_URL` is set.
     Url(RedisSettings),
     /// `ELASTICACHE_REPLICATION_GROUP_ID` names the group to look up; the
-    /// token (if any) is `REDIS_AUTH_TOKEN`.
-    ReplicationGroup(String),
+    /// other Redis settings (timeouts, key prefix, the auth secret) are
+    /// read at cold start like every setting, and the URL found replaces
+    /// the placeholder's.
+    ReplicationGroup {
+        /// The group's id.
+        group: String,
+        /// Every Redis setting but the URL.
+        settings: RedisSettings,
+    },
 }
 
 /// Everything the reconciler reads.
@@ -49,15 +60,18 @@ pub struct Config {
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from(&Env::process())
+        Self::read(&Env::process())
     }
 
     /// Reads any [`Env`].
-    pub fn from(env: &Env) -> Result<Self, ConfigError> {
+    pub fn read(env: &Env) -> Result<Self, ConfigError> {
         let replication_group = env.optional("ELASTICACHE_REPLICATION_GROUP_ID");
         let redis = match (RedisSettings::is_configured(env), &replication_group) {
             (true, _) => RedisSource::Url(RedisSettings::from_env(env)?),
-            (false, Some(group)) => RedisSource::ReplicationGroup(group.clone()),
+            (false, Some(group)) => RedisSource::ReplicationGroup {
+                group: group.clone(),
+                settings: RedisSettings::with_url(env, DISCOVERED.into())?,
+            },
             (false, None) => {
                 return Err(ConfigError::Missing(
                     "REDIS_URL (or REDIS_HOST, or ELASTICACHE_REPLICATION_GROUP_ID)",
@@ -71,7 +85,7 @@ impl Config {
             queue_url: env.required("GRANT_QUEUE_URL")?,
             dlq_url: env.optional("GRANT_DLQ_URL"),
             aws: dynamodb_calls(env)?,
-            grace_ms: env.number("RECONCILE_GRACE_MS", 30_000, 0..=86_400_000)?,
+            grace_ms: reconcile_grace_ms(env)?,
             retention_hours: env.number("RECONCILE_RETENTION_HOURS", 168, 1..=24 * 90)?,
             backlog_ms: env.number("RECONCILE_BACKLOG_MS", 900_000, 0..=86_400_000)?,
             send_window_ms: env.number("RECONCILE_SEND_WINDOW_MS", 3_000, 0..=600_000)?,
@@ -91,14 +105,14 @@ mod tests {
             ("USER_COUPONS_TABLE", "u"),
             ("GRANT_QUEUE_URL", "http://q"),
         ];
-        let err = Config::from(&Env::from_pairs(&tables)).unwrap_err();
+        let err = Config::read(&Env::from_pairs(&tables)).unwrap_err();
         assert!(err
             .to_string()
             .starts_with("REDIS_URL (or REDIS_HOST, or ELASTICACHE_REPLICATION_GROUP_ID)"));
         let mut with_group = tables.to_vec();
         with_group.push(("ELASTICACHE_REPLICATION_GROUP_ID", "coupons"));
-        let cfg = Config::from(&Env::from_pairs(&with_group)).unwrap();
-        assert!(matches!(cfg.redis, RedisSource::ReplicationGroup(ref g) if g == "coupons"));
+        let cfg = Config::read(&Env::from_pairs(&with_group)).unwrap();
+        assert!(matches!(cfg.redis, RedisSource::ReplicationGroup { ref group, .. } if group == "coupons"));
     }
 
     #[test]
@@ -110,7 +124,7 @@ mod tests {
             ("GRANT_QUEUE_URL", "http://q"),
             ("RECONCILE_RETENTION_HOURS", "0"),
         ]);
-        let err = Config::from(&env).unwrap_err();
+        let err = Config::read(&env).unwrap_err();
         assert!(err.to_string().starts_with("RECONCILE_RETENTION_HOURS is invalid"));
     }
 }

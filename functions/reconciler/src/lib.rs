@@ -14,14 +14,12 @@
 use std::sync::Arc;
 
 use coupon_adapters::assemble::reconcile_ports;
-use coupon_adapters::config::RedisSettings;
 use coupon_adapters::dynamodb::{self, DynamoFacts, Tables};
 use coupon_adapters::elasticache::{self, Client};
 use coupon_adapters::redis::Redis;
 use coupon_adapters::sqs::{self, parse_repair_message, SqsRedrive};
 use coupon_adapters::{aws, secrets};
 use coupon_domain::clock::{Clock, SystemClock};
-use coupon_domain::config::Env;
 use coupon_domain::ids::CouponId;
 use coupon_domain::metrics::{EmfMetrics, Metrics};
 use coupon_domain::reconcile::ports::DurableFacts;
@@ -115,12 +113,13 @@ impl Clients {
         let cache = Client::new(&sdk);
         let redis_settings = match &config.redis {
             RedisSource::Url(settings) => settings.clone(),
-            RedisSource::ReplicationGroup(group) => {
+            RedisSource::ReplicationGroup { group, settings } => {
                 let found = elasticache::describe(&cache, group).await?;
                 let url = found
                     .url
                     .ok_or_else(|| format!("replication group {group} has no endpoint yet ({})", found.status))?;
-                let mut settings = RedisSettings::with_url(&Env::process(), url)?;
+                let mut settings = settings.clone();
+                settings.url = url;
                 settings.cluster = found.cluster_mode;
                 settings
             }

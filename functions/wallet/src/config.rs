@@ -20,11 +20,11 @@ pub struct Config {
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from(&Env::process())
+        Self::read(&Env::process())
     }
 
     /// Reads any [`Env`].
-    pub fn from(env: &Env) -> Result<Self, ConfigError> {
+    pub fn read(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self {
             redis: RedisSettings::from_env(env)?,
             tables: TableNames::from_env(env)?,
@@ -40,9 +40,9 @@ mod tests {
 
     #[test]
     fn the_wallet_needs_redis_and_both_tables() {
-        let err = Config::from(&Env::from_pairs(&[("COUPONS_TABLE", "c")])).unwrap_err();
+        let err = Config::read(&Env::from_pairs(&[("COUPONS_TABLE", "c")])).unwrap_err();
         assert_eq!(err.to_string(), "REDIS_URL is required but not set");
-        let cfg = Config::from(&Env::from_pairs(&[
+        let cfg = Config::read(&Env::from_pairs(&[
             ("REDIS_URL", "redis://h"),
             ("COUPONS_TABLE", "c"),
             ("USER_COUPONS_TABLE", "u"),

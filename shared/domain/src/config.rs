@@ -144,6 +144,13 @@ impl RiskLimits {
     }
 }
 
+/// `RECONCILE_GRACE_MS` (30000): pending grants younger than this are not
+/// re-driven yet; read by the reconciler and by the admin API's
+/// on-demand reconciliation alike.
+pub fn reconcile_grace_ms(env: &Env) -> Result<i64, ConfigError> {
+    env.number("RECONCILE_GRACE_MS", 30_000, 0..=86_400_000)
+}
+
 /// `METRICS_NAMESPACE` (`CouponGrab`): where every function's EMF metrics go.
 pub fn metrics_namespace(env: &Env) -> String {
     env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "CouponGrab".into())

@@ -174,9 +174,7 @@ impl CouponDefinition {
     /// The stock shard `index` starts with: an even split, the remainder going
     /// to the lowest shards, so the shares sum to `total_stock` exactly.
     pub fn shard_stock(&self, index: u32) -> u64 {
-        let shards = u64::from(self.shards);
-        let base = self.total_stock / shards;
-        base + u64::from(u64::from(index) < self.total_stock % shards)
+        even_share(self.total_stock, u64::from(self.shards), u64::from(index))
     }
 
     /// Each shard's token-bucket rate (grabs per second, fractional).
@@ -200,8 +198,7 @@ impl CouponDefinition {
 
     /// The cap of counter item `index`: an even split that sums to the total.
     pub fn counter_cap(&self, index: u32) -> u64 {
-        let items = u64::from(self.counter_items());
-        self.total_stock / items + u64::from(u64::from(index) < self.total_stock % items)
+        even_share(self.total_stock, u64::from(self.counter_items()), u64::from(index))
     }
 
     /// A stable digest of the definition, stored beside it so that a repeated
@@ -210,6 +207,16 @@ impl CouponDefinition {
         let canonical = serde_json::to_string(self).unwrap_or_default();
         format!("{:016x}", fnv1a64(canonical.as_bytes()))
     }
+}
+
+/// Part `index` of `units` split over `parts` as evenly as possible, the
+/// remainder going to the first parts: the parts always add up to `units`.
+/// The one split of stock there is (shards, counter caps, stock added,
+/// lost shards rebuilt), so every place that divides units divides them
+/// alike. `parts` of 0 counts as 1.
+pub fn even_share(units: u64, parts: u64, index: u64) -> u64 {
+    let parts = parts.max(1);
+    units / parts + u64::from(index < units % parts)
 }
 
 /// [`CouponDefinition::counter_items`] for a total: monotone in `total`, so
@@ -233,7 +240,7 @@ pub fn counter_additions(before: u64, added: u64) -> Vec<(u32, u64, bool)> {
     let n = u64::from(new_items);
     (0..new_items)
         .map(|k| {
-            let share = added / n + u64::from(u64::from(k) < added % n);
+            let share = even_share(added, n, u64::from(k));
             (k, share, k >= old_items)
         })
         .filter(|&(_, share, new)| share > 0 || new)

@@ -6,7 +6,7 @@ use lambda_http::http::HeaderMap;
 use lambda_http::request::RequestContext;
 use lambda_http::{Request, RequestExt};
 
-use crate::settings::HttpSettings as EdgeSettings;
+use crate::settings::EdgeSettings;
 
 /// Who is calling, from the verified identity.
 #[derive(Debug, Clone, PartialEq, Eq)]

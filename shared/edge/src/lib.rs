@@ -28,4 +28,4 @@ pub use error::{ErrorCode, Lang};
 pub use identity::{header_str, identity, Caller};
 pub use path::{by_method, Matched, Segments};
 pub use render::Reply;
-pub use settings::HttpSettings as EdgeSettings;
+pub use settings::{max_body_bytes, EdgeSettings};

@@ -5,7 +5,7 @@ use coupon_domain::config::{ConfigError, Env};
 
 /// How the HTTP functions read identity and bodies.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpSettings {
+pub struct EdgeSettings {
     /// `TRUST_IDENTITY_HEADERS`: local development only. Takes the user from
     /// `X-User-Id`/`X-User-Level` when no JWT claims are present. Off by
     /// default and off in the SAM template.
@@ -18,7 +18,7 @@ pub struct HttpSettings {
     pub max_body_bytes: usize,
 }
 
-impl HttpSettings {
+impl EdgeSettings {
     /// Reads the four variables above.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self {
@@ -27,7 +27,14 @@ impl HttpSettings {
             member_level_claim: env
                 .optional("MEMBER_LEVEL_CLAIM")
                 .unwrap_or_else(|| "member_level".into()),
-            max_body_bytes: env.number("MAX_BODY_BYTES", 4_096, 64..=1_048_576)?,
+            max_body_bytes: max_body_bytes(env)?,
         })
     }
+}
+
+/// `MAX_BODY_BYTES` (4096, 64 to 1 MiB): the largest body an HTTP function
+/// reads; larger ones get 413. The one reader of it, for the functions that
+/// take bodies (grab through [`EdgeSettings`], the admin API directly).
+pub fn max_body_bytes(env: &Env) -> Result<usize, ConfigError> {
+    env.number("MAX_BODY_BYTES", 4_096, 64..=1_048_576)
 }

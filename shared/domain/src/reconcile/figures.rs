@@ -42,9 +42,8 @@ pub fn restorable(total: u64, held: i64, r: &CouponReport) -> u64 {
 /// `units` split over `shards` as evenly as possible, the remainder going to
 /// the first ones; the parts always add up to `units`.
 pub fn split(units: u64, shards: usize) -> Vec<u64> {
-    let n = shards.max(1) as u64;
     (0..shards as u64)
-        .map(|i| units / n + u64::from(i < units % n))
+        .map(|i| crate::coupon::even_share(units, shards as u64, i))
         .collect()
 }
 
