@@ -6,7 +6,7 @@ use coupon_domain::config::{metrics_namespace, reconcile_grace_ms, ConfigError, 
 /// Everything the admin API (and `couponctl`) reads.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Redis.
+    /// Where Redis is and how calls to it are bounded.
     pub redis: RedisSettings,
     /// `COUPONS_TABLE` and `USER_COUPONS_TABLE`.
     pub tables: TableNames,

@@ -319,15 +319,16 @@ fn body<T: DeserializeOwned>(req: &Request, max: usize) -> Result<T, Box<Reply>>
 
 /// What an admin instance is built from, made once at cold start.
 pub struct Clients {
-    /// Redis.
+    /// The one Redis connection of the instance, shared by every adapter.
     pub redis: Redis,
-    /// DynamoDB.
+    /// The DynamoDB client, built once per instance.
     pub dynamodb: dynamodb::Client,
     /// SQS, for re-drives of an on-demand reconciliation.
     pub sqs: sqs::Client,
-    /// Time.
+    /// The clock every decision reads (a test sets it by hand).
     pub clock: Arc<dyn Clock>,
-    /// Figures.
+    /// Where the function's metrics go (EMF lines in Lambda, a recorder in
+    /// tests).
     pub metrics: Arc<dyn Metrics>,
 }
 

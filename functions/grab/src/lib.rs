@@ -46,7 +46,7 @@ use route::Route;
 
 /// Everything the handler needs, built once per Lambda instance.
 pub struct GrabApp {
-    /// The use case.
+    /// The use case the handler drives, over the instance's ports.
     pub service: GrabService,
     /// How to read requests.
     pub edge: EdgeSettings,
@@ -171,9 +171,10 @@ pub struct Clients {
     pub sqs: coupon_adapters::sqs::Client,
     /// DynamoDB, for the one catalogue read a lost coupon needs.
     pub dynamodb: coupon_adapters::dynamodb::Client,
-    /// Time.
+    /// The clock every decision reads (a test sets it by hand).
     pub clock: Arc<dyn Clock>,
-    /// Figures.
+    /// Where the function's metrics go (EMF lines in Lambda, a recorder in
+    /// tests).
     pub metrics: Arc<dyn Metrics>,
 }
 

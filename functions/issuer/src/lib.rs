@@ -39,7 +39,7 @@ pub use config::Config;
 
 /// Everything the handler needs, built once per Lambda instance.
 pub struct Issuer {
-    /// The use case.
+    /// The use case the handler drives, over the instance's ports.
     pub service: IssuerService,
     /// Time of issue.
     pub clock: Arc<dyn Clock>,
@@ -102,11 +102,12 @@ pub async fn handle(issuer: &Issuer, event: LambdaEvent<SqsEvent>) -> Result<Sqs
 
 /// What an issuer instance is built from, made once at cold start.
 pub struct Clients {
-    /// DynamoDB.
+    /// The DynamoDB client, built once per instance.
     pub dynamodb: Client,
-    /// Time.
+    /// The clock every decision reads (a test sets it by hand).
     pub clock: Arc<dyn Clock>,
-    /// Figures.
+    /// Where the function's metrics go (EMF lines in Lambda, a recorder in
+    /// tests).
     pub metrics: Arc<dyn Metrics>,
 }
 

@@ -34,7 +34,7 @@ pub use config::Config;
 
 /// Everything the handler needs, built once per Lambda instance.
 pub struct Notifier {
-    /// The use case.
+    /// The use case the handler drives, over the instance's ports.
     pub service: NotifierService,
 }
 
@@ -68,7 +68,8 @@ pub async fn handle(notifier: &Notifier, event: LambdaEvent<Value>) -> Result<Dy
 pub struct Clients {
     /// Where events go.
     pub bus: Arc<dyn EventBus>,
-    /// Figures.
+    /// Where the function's metrics go (EMF lines in Lambda, a recorder in
+    /// tests).
     pub metrics: Arc<dyn Metrics>,
 }
 

@@ -34,7 +34,7 @@ pub use config::{Config, RedisSource};
 
 /// Everything the handler needs, built once per Lambda instance.
 pub struct App {
-    /// The pass.
+    /// The reconciliation pass, over the instance's ports.
     pub reconciler: Reconciler,
     /// The replication group to report on, if configured.
     pub elasticache: Option<(Client, String)>,
@@ -91,17 +91,18 @@ pub fn repair_requests(event: &Value) -> Option<Vec<CouponId>> {
 
 /// What a reconciler instance is built from, made once at cold start.
 pub struct Clients {
-    /// Redis.
+    /// The one Redis connection of the instance, shared by every adapter.
     pub redis: Redis,
-    /// DynamoDB.
+    /// The DynamoDB client, built once per instance.
     pub dynamodb: dynamodb::Client,
     /// SQS (re-drive, DLQ depth).
     pub sqs: sqs::Client,
     /// ElastiCache, to report the replication group's status.
     pub elasticache: Client,
-    /// Time.
+    /// The clock every decision reads (a test sets it by hand).
     pub clock: Arc<dyn Clock>,
-    /// Figures.
+    /// Where the function's metrics go (EMF lines in Lambda, a recorder in
+    /// tests).
     pub metrics: Arc<dyn Metrics>,
 }
 

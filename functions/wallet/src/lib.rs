@@ -145,7 +145,7 @@ async fn grant(wallet: &Wallet, user: &UserId, raw: &str) -> Reply {
 pub struct Clients {
     /// Redis, for grants still in an outbox.
     pub redis: Redis,
-    /// DynamoDB.
+    /// The DynamoDB client, built once per instance.
     pub dynamodb: dynamodb::Client,
     /// Time: what has expired.
     pub clock: Arc<dyn Clock>,

@@ -205,7 +205,7 @@ impl CouponDefinition {
     /// create can tell "same definition" (no-op) from "different" (conflict).
     pub fn fingerprint(&self) -> String {
         let canonical = serde_json::to_string(self).unwrap_or_default();
-        format!("{:016x}", fnv1a64(canonical.as_bytes()))
+        format!("{:016x}", crate::hash::fnv1a64(canonical.as_bytes()))
     }
 }
 
@@ -256,18 +256,6 @@ pub struct StoredCoupon {
     pub definition: CouponDefinition,
     /// 0 at creation, +1 per change.
     pub version: u64,
-}
-
-/// FNV-1a, 64 bit: tiny, stable across releases and platforms (unlike std's
-/// `DefaultHasher`), which matters because its output is persisted and is
-/// used to route users to shards on every Lambda instance alike.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        hash ^= u64::from(*b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    hash
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ pub mod coupon;
 pub mod error;
 pub mod grab;
 pub mod grant;
+pub mod hash;
 pub mod ids;
 pub mod issuance;
 pub mod live;

@@ -71,7 +71,7 @@ pub fn parse_object<T: DeserializeOwned>(bytes: &[u8], detail: Detail) -> Result
     // The common case straight into `T` (no intermediate tree): an object
     // that is `T` as written. Anything else (a refusal, or a number such
     // as `460.0` that only the rewrite below makes an integer) takes the
-    // general path, which decides and explains it the same way as before.
+    // general path below, which decides and explains every refusal.
     if *first == b'{' {
         if let Ok(parsed) = serde_json::from_slice(bytes) {
             return Ok(parsed);

@@ -11,9 +11,10 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
-use coupon_domain::coupon::{counter_items_for, fnv1a64, CouponDefinition};
+use coupon_domain::coupon::{counter_items_for, CouponDefinition};
 use coupon_domain::error::BoxError;
 use coupon_domain::grant::Grant;
+use coupon_domain::hash::fnv1a64;
 use coupon_domain::ids::CouponId;
 use coupon_domain::issuance::{IssueError, IssueLedger, IssueOutcome};
 use coupon_domain::user_coupon::RejectReason;
@@ -127,23 +128,28 @@ impl DynamoIssueLedger {
                 Ok(IssueOutcome::Rejected(reason))
             }
             Err(e) => {
-                let throttled = matches!(&e, SdkError::ServiceError(se) if is_throttle_code(se.err().code()));
+                let throttled = matches!(&e, SdkError::ServiceError(se) if se.err().code().is_some_and(is_throttle));
                 Err(classify(Box::new(e), throttled))
             }
         }
     }
 }
 
-fn is_throttle_code(code: Option<&str>) -> bool {
+/// Whether a DynamoDB error code, or a transaction's cancellation reason,
+/// says "too much at once": throttling, or another transaction on the same
+/// item (a hot counter). The one classifier of the issuer's writes: such a
+/// write is retried in process, anything else goes back to SQS.
+fn is_throttle(code: &str) -> bool {
     matches!(
         code,
-        Some(
-            "ThrottlingException"
-                | "ProvisionedThroughputExceededException"
-                | "RequestLimitExceeded"
-                | "TransactionInProgressException"
-                | "TransactionConflictException"
-        )
+        "ThrottlingException"
+            | "ThrottlingError"
+            | "ProvisionedThroughputExceededException"
+            | "ProvisionedThroughputExceeded"
+            | "RequestLimitExceeded"
+            | "TransactionInProgressException"
+            | "TransactionConflictException"
+            | "TransactionConflict"
     )
 }
 
@@ -219,7 +225,7 @@ impl IssueLedger for DynamoIssueLedger {
                 Ok(())
             }
             Err(e) => {
-                let throttled = e.code().is_some_and(|c| c.contains("Throttl"));
+                let throttled = e.code().is_some_and(is_throttle);
                 Err(classify(Box::new(e), throttled))
             }
         }
@@ -294,20 +300,10 @@ impl DynamoIssueLedger {
                     if code(1) == "ConditionalCheckFailed" {
                         continue; // this counter is full
                     }
-                    let throttled = reasons.iter().any(|r| {
-                        matches!(
-                            r.code(),
-                            Some(
-                                "ThrottlingError"
-                                    | "ProvisionedThroughputExceeded"
-                                    | "TransactionConflict"
-                                    | "RequestLimitExceeded"
-                            )
-                        )
-                    });
+                    let throttled = reasons.iter().any(|r| r.code().is_some_and(is_throttle));
                     return Err(classify(Box::new(err), throttled));
                 }
-                let throttled = is_throttle_code(se.err().code());
+                let throttled = se.err().code().is_some_and(is_throttle);
                 return Err(classify(Box::new(err), throttled));
             }
             return Err(classify(Box::new(err), false));

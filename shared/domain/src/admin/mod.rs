@@ -74,7 +74,7 @@ pub struct AdminPorts {
     pub facts: Arc<dyn DurableFacts>,
     /// Reconciliation on demand.
     pub reconciler: Reconciler,
-    /// Time.
+    /// The clock every decision reads (a test sets it by hand).
     pub clock: Arc<dyn Clock>,
     /// The configured ceiling of a coupon's stock.
     pub max_total_stock: u64,

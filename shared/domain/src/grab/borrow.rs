@@ -6,9 +6,9 @@
 use tracing::warn;
 
 use super::ports::{BorrowEnd, Claim, Recorded, StockLedger, TakeReply};
-use crate::coupon::fnv1a64;
 use crate::error::StoreError;
 use crate::grant::GrantRecord;
+use crate::hash::fnv1a64;
 use crate::ids::UserId;
 use crate::metrics::Metrics;
 use crate::outcome::Rejection;

@@ -130,9 +130,10 @@ pub struct GrabPorts {
     pub catalog: Arc<dyn CouponCatalog>,
     /// Where a lost coupon's repair is asked for (SQS).
     pub repairs: Arc<dyn RepairRequests>,
-    /// Time.
+    /// The clock every decision reads (a test sets it by hand).
     pub clock: Arc<dyn Clock>,
-    /// Figures.
+    /// Where the function's metrics go (EMF lines in Lambda, a recorder in
+    /// tests).
     pub metrics: Arc<dyn Metrics>,
 }
 

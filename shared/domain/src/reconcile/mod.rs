@@ -124,9 +124,10 @@ pub struct ReconcilePorts {
     /// The operators' settings on each shard, healed when a shard is behind
     /// the stored definition.
     pub live: Arc<dyn LiveSettings>,
-    /// Time.
+    /// The clock every decision reads (a test sets it by hand).
     pub clock: Arc<dyn Clock>,
-    /// Figures.
+    /// Where the function's metrics go (EMF lines in Lambda, a recorder in
+    /// tests).
     pub metrics: Arc<dyn Metrics>,
 }
 
