@@ -4,6 +4,7 @@
 
 use coupon_adapters::config::{AwsCallSettings, RedisSettings};
 use coupon_domain::config::{metrics_namespace, ConfigError, Env, RiskLimits};
+use coupon_domain::grab::SEND_BUDGET_MS;
 use coupon_edge::EdgeSettings;
 
 /// Everything the grab function reads.
@@ -28,6 +29,10 @@ pub struct Config {
     pub http: EdgeSettings,
     /// `SOLD_OUT_MEMORY_MS` (1000): how long an instance remembers a sell-out.
     pub sold_out_memory_ms: u64,
+    /// `GRANT_SEND_BUDGET_MS` (2000): a win's send is over within this long
+    /// of its decision, or not made (BUSY). Keep it below the reconciler's
+    /// `RECONCILE_SEND_WINDOW_MS` (3000) by the clock skew between them.
+    pub send_budget_ms: i64,
     /// `METRICS_NAMESPACE` (`CouponGrab`).
     pub metrics_namespace: String,
 }
@@ -52,6 +57,7 @@ impl Config {
             risk: RiskLimits::from_env(env)?,
             http: EdgeSettings::from_env(env)?,
             sold_out_memory_ms: env.number("SOLD_OUT_MEMORY_MS", 1_000, 0..=60_000)?,
+            send_budget_ms: env.number("GRANT_SEND_BUDGET_MS", SEND_BUDGET_MS, 100..=30_000)?,
             metrics_namespace: metrics_namespace(env),
         })
     }

@@ -217,7 +217,7 @@ pub fn wire(config: &Config, clients: Clients) -> GrabApp {
 /// The grab function over `ports`, with the settings of `config`.
 pub fn wire_ports(config: &Config, ports: GrabPorts) -> GrabApp {
     GrabApp {
-        service: GrabService::new(ports, config.sold_out_memory_ms),
+        service: GrabService::new(ports, config.sold_out_memory_ms).with_send_budget(config.send_budget_ms),
         edge: config.http.clone(),
     }
 }

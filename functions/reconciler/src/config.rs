@@ -50,8 +50,8 @@ pub struct Config {
     pub backlog_ms: i64,
     /// `RECONCILE_SEND_WINDOW_MS` (3000): how long after a pass first finds
     /// a shard restarted, lost or dropped its check or rebuild waits for
-    /// sends decided before: above the grab's 2 s send budget
-    /// (`coupon_domain::grab::SEND_BUDGET_MS`), which no setting raises.
+    /// sends decided before: above the grab's send budget
+    /// (`GRANT_SEND_BUDGET_MS`, 2000) plus the clock skew between instances.
     pub send_window_ms: i64,
     /// `METRICS_NAMESPACE` (`CouponGrab`).
     pub metrics_namespace: String,

@@ -137,6 +137,10 @@ impl Harness {
                 max_body_bytes: opts.max_body_bytes,
             },
             sold_out_memory_ms: opts.sold_out_memory_ms,
+            // As long as the SQS timeout above: moto under the whole suite's
+            // load can take seconds to answer, and the tests move the
+            // reconciler's send window by hand.
+            send_budget_ms: 10_000,
             metrics_namespace: "Test".into(),
         };
         let clock = ManualClock::new(T0);

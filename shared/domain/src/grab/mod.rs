@@ -68,7 +68,8 @@ use ports::{
 /// unknown id and one repair request per lost coupon per window.
 pub const LOOKUP_MEMORY_MS: u64 = 5_000;
 
-/// The longest a win's send may take, counted from the instant every step of
+/// The longest a win's send may take by default (`GRANT_SEND_BUDGET_MS`),
+/// counted from the instant every step of
 /// the press decided with (`Claim::now_ms`): replica acknowledgements,
 /// settles and retries included, the SQS call must be over by then, or it is
 /// not made (BUSY; the retry sends the replayed win, the outbox keeps it).
@@ -150,6 +151,7 @@ pub struct GrabService {
     unknown: CouponMemory,
     repair_asked: CouponMemory,
     shard_counts: RwLock<HashMap<CouponId, u32>>,
+    send_budget_ms: i64,
 }
 
 /// A decided grab before publishing.
@@ -173,7 +175,15 @@ impl GrabService {
             unknown: CouponMemory::new(LOOKUP_MEMORY_MS),
             repair_asked: CouponMemory::new(LOOKUP_MEMORY_MS),
             shard_counts: RwLock::default(),
+            send_budget_ms: SEND_BUDGET_MS,
         }
+    }
+
+    /// A send budget other than [`SEND_BUDGET_MS`] (`GRANT_SEND_BUDGET_MS`;
+    /// a local emulator under a test suite's load may answer slower).
+    pub fn with_send_budget(mut self, ms: i64) -> Self {
+        self.send_budget_ms = ms;
+        self
     }
 
     /// The clock this service decides with.
@@ -394,13 +404,17 @@ impl GrabService {
         // Every step of this press decided at or after `claim.now_ms`; the
         // send must be over by SEND_BUDGET_MS after it, or not be made.
         let spent = self.clock.now_ms().saturating_sub(claim.now_ms);
-        let left = SEND_BUDGET_MS.saturating_sub(spent);
+        let left = self.send_budget_ms.saturating_sub(spent);
         if left <= 0 {
             warn!(grant = %grant.grant_id, spent_ms = spent,
                 "send budget spent before the send; the caller hears BUSY and retries, the outbox keeps it");
             self.metrics.count(Metric::GrantQueueFailed, None, 1);
             return Err(GrabError::NotQueued(PublishError(
-                format!("{spent} ms after the decision, past the {SEND_BUDGET_MS} ms send budget").into(),
+                format!(
+                    "{spent} ms after the decision, past the {} ms send budget",
+                    self.send_budget_ms
+                )
+                .into(),
             )));
         }
         if let Err(e) = self.publisher.publish(&grant, left as u64).await {

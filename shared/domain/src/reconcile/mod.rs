@@ -87,7 +87,7 @@ pub struct ReconcileSettings {
     pub backlog_ms: i64,
     /// The longest a send of a grant decided before Redis lost or rolled
     /// back a shard may still land in the grant queue after it: the grab's
-    /// send budget ([`crate::grab::SEND_BUDGET_MS`], 2 s from the decision,
+    /// send budget (`GRANT_SEND_BUDGET_MS`, 2 s from the decision by default,
     /// enforced whatever `SQS_TIMEOUT_MS` is), with margin for clock skew. A restarted shard is checked against its durable mark,
     /// and a lost or dropped one rebuilt, only this long after a pass first
     /// found it so, and once the queue is empty. (The reconciler's own
