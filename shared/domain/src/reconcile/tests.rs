@@ -414,6 +414,19 @@ async fn a_shard_rolled_back_behind_issued_grants_is_dropped_and_rebuilt() {
     assert_eq!((again.shards_rolled_back, again.shards_rebuilt), (0, 0));
 }
 
+/// Grants 1..=`seq` of shard 0 issued (to users u1, u2, ...), and the
+/// shard's durable mark at `seq`, as the issuer leaves them.
+fn issued_on_shard_0(w: &World, def: &CouponDefinition, seq: u64) {
+    for n in 1..=seq {
+        w.facts.issue(&grant(n, 0, &format!("u{n}"), NOW - 90_000));
+    }
+    w.facts
+        .high_water
+        .lock()
+        .unwrap()
+        .insert(def.coupon_id.clone(), HashMap::from([(0, seq)]));
+}
+
 /// A restarted shard whose sequence has not yet fallen behind its mark
 /// (the issuer is behind, or traffic moved it past) may still have rolled
 /// back: it is judged only once the mark is final (the send window over,
@@ -432,14 +445,7 @@ async fn a_restarted_shard_is_judged_only_once_the_send_window_is_over_and_the_q
     w.shards.put(&def.coupon_id, 0, 5);
     w.shards.put(&def.coupon_id, 1, 5);
     restarted(&w, &def, 0, 2);
-    for seq in 1..=2 {
-        w.facts.issue(&grant(seq, 0, &format!("u{seq}"), NOW - 90_000));
-    }
-    w.facts
-        .high_water
-        .lock()
-        .unwrap()
-        .insert(def.coupon_id.clone(), HashMap::from([(0, 2)]));
+    issued_on_shard_0(&w, &def, 2);
 
     let first = w.reconciler.coupon(&def, NOW).await.unwrap();
     assert_eq!((first.shards_waiting, first.shards_rolled_back), (1, 0), "{first:?}");
@@ -486,14 +492,7 @@ async fn a_restarted_shard_that_holds_every_issued_grant_sells_again_unchanged()
     let def = coupon(10, 1);
     w.shards.put(&def.coupon_id, 0, 7);
     restarted(&w, &def, 0, 3);
-    for seq in 1..=3 {
-        w.facts.issue(&grant(seq, 0, &format!("u{seq}"), NOW - 90_000));
-    }
-    w.facts
-        .high_water
-        .lock()
-        .unwrap()
-        .insert(def.coupon_id.clone(), HashMap::from([(0, 3)]));
+    issued_on_shard_0(&w, &def, 3);
 
     assert_eq!(w.reconciler.coupon(&def, NOW).await.unwrap().shards_waiting, 1);
     let r = w.reconciler.coupon(&def, NOW + SEND_WINDOW).await.unwrap();
@@ -519,14 +518,7 @@ async fn a_restarted_shard_confirmed_with_stock_voids_every_sold_out_stamp() {
     w.shards.put(&def.coupon_id, 0, 4);
     w.shards.put(&def.coupon_id, 1, 0);
     restarted(&w, &def, 0, 3);
-    for seq in 1..=3 {
-        w.facts.issue(&grant(seq, 0, &format!("u{seq}"), NOW - 90_000));
-    }
-    w.facts
-        .high_water
-        .lock()
-        .unwrap()
-        .insert(def.coupon_id.clone(), HashMap::from([(0, 3)]));
+    issued_on_shard_0(&w, &def, 3);
 
     w.reconciler.coupon(&def, NOW).await.unwrap();
     assert_eq!(w.shards.state(&def.coupon_id, 1).unwrap().epochs, 0, "not judged yet");
