@@ -545,7 +545,10 @@ def scenario(name, rig, short, seed):
     elif name == "poison_messages":
         def poison():
             for i in range(10):
-                issuance.pump.sqs.send_message(QueueUrl=issuance.pump.queue, MessageBody=f'{{"not":"a grant {i}"}}')
+                # A FIFO queue: each in a group of its own, so none holds up a lane.
+                issuance.pump.sqs.send_message(QueueUrl=issuance.pump.queue, MessageBody=f'{{"not":"a grant {i}"}}',
+                                               MessageGroupId=f"poison-{i}",
+                                               MessageDeduplicationId=f"poison-{time.time_ns()}-{i}")
             note("10 poison messages on the grant queue", ends_fault=True)
         hooks[0.3] = poison
 

@@ -3,8 +3,8 @@
 -- than grants users were told about (a snapshot), and sells nothing until
 -- checked. First called to look (ARGV[2] empty), which records since when
 -- the shard has been suspect on this history; once every grant sent before
--- the restart is in DynamoDB (the send window has passed and the grant
--- queue has drained), called with the shard's durable high-water mark: a
+-- the restart was found is in DynamoDB (the coupon's barriers have passed,
+-- domain reconcile/wait.rs), called with the shard's durable high-water mark: a
 -- sequence below it rolled back and is dropped (the rebuild restores it),
 -- and so is a shard with no stock left: claims homed on it may have been
 -- filled by borrows, and a sold-out stamp set, neither of which moves its
@@ -16,8 +16,7 @@
 -- since before this pass can be promoted without a check (lib.lua).
 -- Atomic, so a shard verified, rebuilt or restarted again meanwhile is
 -- judged as it is now.
--- KEYS: 1 meta, 2 users, 3 outbox, 4 taken, 5 borrowing, 6 lost (when the
---       shard was first found without state, for the rebuild's wait)
+-- KEYS: 1 meta, 2 users, 3 outbox, 4 taken, 5 borrowing
 -- ARGV: 1 now (ms), 2 the durable high-water mark, or '' to only look
 -- Returns {'MISSING'} | {'CURRENT'} | {'SUSPECT', sinceMs}
 --       | {'DROPPED'} | {'CONFIRMED'}
@@ -41,10 +40,6 @@ if ARGV[2] == '' then
 end
 if tonumber(m[1]) < tonumber(ARGV[2]) or tonumber(m[3]) <= 0 then
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
-  -- The send window already ran from when it was found suspect: the
-  -- rebuild need not wait it out again.
-  local _, since = string.match(m[2] or '', '^(%x+)|(%d+)$')
-  redis.call('SET', KEYS[6], since or ARGV[1], 'PX', 3600000)
   return {'DROPPED'}
 end
 redis.call('HSET', meta, 'run', id, 'w', clock_ms())

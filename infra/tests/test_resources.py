@@ -74,6 +74,8 @@ def test_queues_and_redrive_match():
     for logical, spec in local.items():
         props = tpl[logical]["Properties"]
         assert props["MessageRetentionPeriod"] == spec["messageRetentionPeriod"], logical
+        assert bool(props.get("FifoQueue")) == bool(spec.get("fifo")), logical
+        assert spec["localName"].endswith(".fifo") == bool(spec.get("fifo")), logical
         redrive = props.get("RedrivePolicy")
         if "deadLetterQueue" in spec:
             assert redrive["deadLetterTargetArn"] == {"GetAtt": f"{spec['deadLetterQueue']}.Arn"}

@@ -493,6 +493,8 @@ async fn the_reconciler_restores_blacklist_flags_redis_lost_but_never_a_lifted_o
 
     let report = h.reconciler_to(&h.queue_url).run().await.expect("reconcile");
     assert!(report.blacklist_restored >= 1, "{report:?}");
+    // The coupon itself comes back once its barriers have come through.
+    h.reconcile(&def).await;
     let refused = h.grab(&def.coupon_id, &kept, "after").await;
     assert_eq!(refused.body["data"]["reason"], "BLACKLISTED", "{}", refused.body);
     assert_eq!(h.grab(&def.coupon_id, &lifted, "after").await.code(), "SUCCESS");

@@ -46,6 +46,9 @@ impl IssueLedger for ThrottleOne {
     ) -> Result<(), IssueError> {
         self.inner.raise_high_water(coupon, shard, seq).await
     }
+    async fn acknowledge_barrier(&self, barrier: &coupon_domain::barrier::Barrier) -> Result<(), IssueError> {
+        self.inner.acknowledge_barrier(barrier).await
+    }
 }
 
 #[tokio::test]

@@ -308,7 +308,8 @@ pub(crate) async fn flush_mid_sale(opts: Options) {
 
     // The other grants are still in the queue: the counters do not know
     // them yet, so the shards stay down rather than sell them again.
-    let waiting = h.reconcile(&def).await;
+    // (Its barriers wait behind them in their lanes.)
+    let waiting = h.reconcile_once(&def).await;
     assert_eq!(waiting.shards_rebuilt, 0, "{waiting:?}");
     assert_eq!(h.grab(&coupon, "late-0", "a").await.code(), "BUSY");
     h.pump().await;
@@ -397,7 +398,8 @@ async fn a_cold_instance_answers_busy_for_a_coupon_redis_lost_and_its_repair_req
     assert_eq!(received.len(), 1, "{received:?}");
 
     // The reconciler consumes the repair queue (as its event source mapping
-    // invokes it) and rebuilds the coupon at once.
+    // invokes it): its pass sends the coupon's barriers, and once the
+    // issuer has taken them, the next request's pass rebuilds the coupon.
     let records: Vec<serde_json::Value> = received
         .iter()
         .map(|m| {
@@ -413,12 +415,19 @@ async fn a_cold_instance_answers_busy_for_a_coupon_redis_lost_and_its_repair_req
     let app = reconciler::App {
         reconciler: h.reconciler_to(&h.queue_url),
         elasticache: None,
+        // One pass per invocation: this test plays the issuer in between.
+        repair_follow: std::time::Duration::ZERO,
     };
-    let event = lambda_runtime::LambdaEvent::new(
-        serde_json::json!({ "Records": records }),
-        lambda_runtime::Context::default(),
-    );
-    let report = reconciler::handle(&app, event).await.expect("repair pass");
+    let event = || {
+        lambda_runtime::LambdaEvent::new(
+            serde_json::json!({ "Records": records }),
+            lambda_runtime::Context::default(),
+        )
+    };
+    let waiting = reconciler::handle(&app, event()).await.expect("repair pass");
+    assert_eq!(waiting["coupons"][0]["shardsWaiting"].as_u64(), Some(2), "{waiting}");
+    assert!(h.pump().await > 0, "the barriers reach the issuer");
+    let report = reconciler::handle(&app, event()).await.expect("repair pass");
     let figures = &report["coupons"][0];
     assert_eq!(figures["couponId"], coupon.as_str());
     assert_eq!(
@@ -447,12 +456,19 @@ async fn two_reconcilers_rebuilding_at_once_restore_the_stock_once() {
     h.pump().await;
     h.flush_redis().await;
     let (a, b) = (h.reconciler_to(&h.queue_url), h.reconciler_to(&h.queue_url));
-    let (ra, rb) = tokio::join!(a.run(), b.run());
-    let restored: u64 = [ra.unwrap(), rb.unwrap()]
+    let mut reports = Vec::new();
+    // Both open the coupon's wait at once (one of them wins), then both
+    // rebuild at once once its barriers have come through.
+    for _ in 0..2 {
+        let (ra, rb) = tokio::join!(a.run(), b.run());
+        reports.extend([ra.unwrap(), rb.unwrap()]);
+        h.pump().await;
+    }
+    let restored: u64 = reports
         .iter()
         .map(|r| coupon_domain::reconcile::find(r, &coupon).unwrap().restored)
         .sum();
-    assert_eq!(restored, 24);
+    assert_eq!(restored, 24, "{reports:?}");
     assert_eq!(h.stock(&def).await, 24);
     // And the six holders cannot grab a second coupon.
     for i in 0..6 {

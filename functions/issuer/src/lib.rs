@@ -1,7 +1,9 @@
 //! The issuer function: an SQS batch of grants in, a partial batch response
 //! out.
 //!
-//! Messages of a batch are issued concurrently. Each one that fails is named
+//! The grant queue is FIFO (one message group per lane of a coupon, see
+//! `coupon_domain::barrier`), and a batch may hold the reconciler's
+//! barriers beside grants. Grants of a batch are issued concurrently. Each one that fails is named
 //! in `batchItemFailures`, so SQS re-delivers exactly those and never the
 //! ones that succeeded; a poison message keeps failing until
 //! `maxReceiveCount` moves it to the dead-letter queue. A record without a
@@ -12,7 +14,10 @@
 //! durable high-water mark raised (one write per shard, not per grant); a
 //! grant whose shard's mark could not be written is reported failed, so no
 //! message is acknowledged before the mark that lets the reconciler see its
-//! shard roll back.
+//! shard roll back. Barriers come last, in delivery order: one is
+//! acknowledged (in DynamoDB) only if every earlier message of its lane in
+//! the batch was issued and marked; otherwise it is reported failed with
+//! them, and comes back behind them.
 //!
 //! [`wire`] builds the function over real clients (or, in tests, over a
 //! ledger that injects faults), for `main.rs` and the integration tests.
@@ -24,6 +29,7 @@ use std::sync::Arc;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use coupon_adapters::aws;
 use coupon_adapters::dynamodb::{Client, DynamoCouponRepository, DynamoIssueLedger, Tables};
+use coupon_domain::barrier::QueueMessage;
 use coupon_domain::clock::{Clock, SystemClock};
 use coupon_domain::grant::Grant;
 use coupon_domain::grant::GrantRef;
@@ -58,35 +64,85 @@ pub async fn handle(issuer: &Issuer, event: LambdaEvent<SqsEvent>) -> Result<Sqs
         return Err(format!("record {i} has no message id").into());
     }
     let now = issuer.clock.now_ms();
-    let results: Vec<(String, Option<Grant>)> = stream::iter(records)
-        .map(|record| async move {
+    let messages: Vec<(String, Option<QueueMessage>)> = records
+        .into_iter()
+        .map(|record| {
             let id = record.message_id.unwrap_or_default();
-            let body = record.body.unwrap_or_default();
-            match issuer.service.issue_message(&body, now).await {
-                Ok((grant, _)) => (id, Some(grant)),
-                Err(e @ IssueFailure::Poison(_)) => {
+            match QueueMessage::parse(record.body.as_deref().unwrap_or_default()) {
+                Ok(message) => (id, Some(message)),
+                Err(e) => {
                     error!(message = %id, error = %e, "poison message; it will reach the dead-letter queue");
                     (id, None)
                 }
+            }
+        })
+        .collect();
+    // 1. Grants, concurrently (their order does not matter: each is
+    //    idempotent under its own key).
+    let issued: Vec<(usize, bool)> = stream::iter(messages.iter().enumerate())
+        .filter_map(|(i, (id, message))| async move {
+            let Some(QueueMessage::Grant(grant)) = message else {
+                return None;
+            };
+            Some((i, id, grant))
+        })
+        .map(|(i, id, grant)| async move {
+            match issuer.service.issue(grant, now).await {
+                Ok(_) => (i, true),
+                Err(e @ IssueFailure::Poison(_)) => {
+                    error!(message = %id, error = %e, "poison message; it will reach the dead-letter queue");
+                    (i, false)
+                }
                 Err(e) => {
                     warn!(message = %id, error = %e, source = ?std::error::Error::source(&e), "issue failed; SQS re-delivers");
-                    (id, None)
+                    (i, false)
                 }
             }
         })
         .buffer_unordered(issuer.concurrency.max(1))
         .collect()
         .await;
-    let seen: Vec<Grant> = results.iter().filter_map(|(_, g)| g.clone()).collect();
-    let unmarked = issuer.service.raise_high_water(&seen).await;
-    let failed: Vec<String> = results
-        .into_iter()
-        .filter(|(_, grant)| match grant {
-            None => true,
-            Some(g) => GrantRef::parse(&g.grant_id)
-                .is_some_and(|m| unmarked.iter().any(|(c, s)| *c == m.coupon && *s == m.shard)),
+    let mut failed = vec![false; messages.len()];
+    for (i, (_, message)) in messages.iter().enumerate() {
+        failed[i] = !matches!(message, Some(QueueMessage::Barrier(_)));
+    }
+    for &(i, ok) in &issued {
+        failed[i] = !ok;
+    }
+    // 2. The marks of the shards that minted them.
+    let seen: Vec<Grant> = issued
+        .iter()
+        .filter(|&&(_, ok)| ok)
+        .filter_map(|&(i, _)| match &messages[i].1 {
+            Some(QueueMessage::Grant(g)) => Some(g.clone()),
+            _ => None,
         })
-        .map(|(id, _)| id)
+        .collect();
+    let unmarked = issuer.service.raise_high_water(&seen).await;
+    for (i, (_, message)) in messages.iter().enumerate() {
+        if let Some(QueueMessage::Grant(g)) = message {
+            if GrantRef::parse(&g.grant_id)
+                .is_some_and(|m| unmarked.iter().any(|(c, s)| *c == m.coupon && *s == m.shard))
+            {
+                failed[i] = true;
+            }
+        }
+    }
+    // 3. Barriers, last and in order: each only behind grants of its lane
+    //    that are issued and marked.
+    let batch: Vec<(Option<&QueueMessage>, bool)> = messages
+        .iter()
+        .zip(&failed)
+        .map(|((_, m), &f)| (m.as_ref(), f))
+        .collect();
+    for i in issuer.service.acknowledge_barriers(&batch).await {
+        failed[i] = true;
+    }
+    let failed: Vec<String> = messages
+        .into_iter()
+        .zip(failed)
+        .filter(|(_, f)| *f)
+        .map(|((id, _), _)| id)
         .collect();
     let mut response = SqsBatchResponse::default();
     response.batch_item_failures = failed

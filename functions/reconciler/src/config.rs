@@ -53,6 +53,11 @@ pub struct Config {
     /// sends decided before: above the grab's send budget
     /// (`GRANT_SEND_BUDGET_MS`, 2000) plus the clock skew between instances.
     pub send_window_ms: i64,
+    /// `RECONCILE_REPAIR_FOLLOW_MS` (20000): how long a repair request's
+    /// invocation keeps passing over a coupon whose repair waits for its
+    /// grants on their way, so the sale reopens as soon as they have
+    /// arrived. Below the function's timeout.
+    pub repair_follow_ms: u64,
     /// `METRICS_NAMESPACE` (`CouponGrab`).
     pub metrics_namespace: String,
 }
@@ -89,6 +94,7 @@ impl Config {
             retention_hours: env.number("RECONCILE_RETENTION_HOURS", 168, 1..=24 * 90)?,
             backlog_ms: env.number("RECONCILE_BACKLOG_MS", 900_000, 0..=86_400_000)?,
             send_window_ms: env.number("RECONCILE_SEND_WINDOW_MS", 3_000, 0..=600_000)?,
+            repair_follow_ms: env.number("RECONCILE_REPAIR_FOLLOW_MS", 20_000, 0..=600_000)?,
             metrics_namespace: metrics_namespace(env),
         })
     }

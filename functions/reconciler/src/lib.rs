@@ -38,7 +38,14 @@ pub struct App {
     pub reconciler: Reconciler,
     /// The replication group to report on, if configured.
     pub elasticache: Option<(Client, String)>,
+    /// How long a repair invocation keeps passing over a coupon that still
+    /// waits for its grants on their way (`RECONCILE_REPAIR_FOLLOW_MS`).
+    pub repair_follow: std::time::Duration,
 }
+
+/// Between two passes of a repair that follows a coupon's wait: about the
+/// time the issuer takes to bring a barrier through its lane.
+const REPAIR_STEP: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// One invocation: a batch from the repair queue (an SQS event) repairs
 /// the coupons it names; anything else is the schedule (its payload is not
@@ -46,10 +53,34 @@ pub struct App {
 pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error> {
     if let Some(coupons) = repair_requests(&event.payload) {
         // The whole batch succeeds or fails together: a failed pass is
-        // retried by SQS, and a coupon whose rebuild still waits for the
-        // grant queue is asked about again by the grabs that keep finding
-        // it gone (or healed by the schedule if nobody presses).
-        let report = app.reconciler.repair(&coupons).await?;
+        // retried by SQS. A coupon whose repair waits for its grants on
+        // their way is passed over again every step while the wait lasts
+        // (its barriers are sent the pass after the send window, and come
+        // through in about the issuer's latency), so the sale reopens
+        // within a second of them, not at the next request; past
+        // `repair_follow`, the grabs that keep finding it gone ask again
+        // (or the schedule heals it if nobody presses).
+        let deadline = tokio::time::Instant::now() + app.repair_follow;
+        let mut report = app.reconciler.repair(&coupons).await?;
+        loop {
+            let waiting: Vec<CouponId> = report
+                .coupons
+                .iter()
+                .filter(|c| c.shards_waiting > 0)
+                .filter_map(|c| CouponId::parse(&c.coupon_id).ok())
+                .collect();
+            if waiting.is_empty() || tokio::time::Instant::now() + REPAIR_STEP > deadline {
+                break;
+            }
+            tokio::time::sleep(REPAIR_STEP).await;
+            let again = app.reconciler.repair(&waiting).await?;
+            for figures in again.coupons {
+                match report.coupons.iter_mut().find(|c| c.coupon_id == figures.coupon_id) {
+                    Some(slot) => *slot = figures,
+                    None => report.coupons.push(figures),
+                }
+            }
+        }
         return Ok(serde_json::to_value(&report)?);
     }
     let report = app.reconciler.run().await?;
@@ -172,6 +203,7 @@ pub fn wire(config: &Config, clients: Clients) -> App {
     App {
         reconciler,
         elasticache: config.replication_group.clone().map(|g| (clients.elasticache, g)),
+        repair_follow: std::time::Duration::from_millis(config.repair_follow_ms),
     }
 }
 

@@ -1,13 +1,21 @@
 //! The SQS adapter: hands winners' grants to the issuer's queue.
+//!
+//! The grant queue is FIFO: each grant travels in its coupon's lane
+//! (`coupon_domain::barrier::group_of`, a message group), deduplicated by
+//! its grant id for SQS's five minutes (a re-drive of a grant whose first
+//! send did land is dropped by SQS, and absorbed by the issuer after), and
+//! the reconciler's barriers travel behind them in the same groups.
 
 use async_trait::async_trait;
 pub use aws_sdk_sqs::Client;
 
+use coupon_domain::barrier::{group_of, Barrier};
 use coupon_domain::error::PublishError;
 use coupon_domain::grab::ports::GrantPublisher;
 use coupon_domain::grant::Grant;
 
-/// Sends each grant as one JSON message (the [`Grant`] serialization).
+/// Sends each grant as one JSON message (the [`Grant`] serialization), in
+/// its lane.
 #[derive(Debug, Clone)]
 pub struct SqsPublisher {
     client: Client,
@@ -32,6 +40,8 @@ impl GrantPublisher for SqsPublisher {
             .client
             .send_message()
             .queue_url(&self.queue_url)
+            .message_group_id(group_of(grant))
+            .message_deduplication_id(&grant.grant_id)
             .message_body(body)
             .send();
         // Given up at the deadline whatever the SDK's own timeouts are (an
@@ -44,8 +54,8 @@ impl GrantPublisher for SqsPublisher {
     }
 }
 
-/// Re-drives grants to the issuer's queue and reads the dead-letter queue,
-/// for the reconciler.
+/// Re-drives grants (and sends barriers) to the issuer's queue and reads
+/// the dead-letter queue, for the reconciler.
 #[derive(Debug, Clone)]
 pub struct SqsRedrive {
     client: Client,
@@ -54,6 +64,29 @@ pub struct SqsRedrive {
 }
 
 impl SqsRedrive {
+    /// Sends `(group, deduplication id, body)` messages in batches of ten
+    /// (the most SQS takes); returns how many were accepted.
+    async fn send_batches(&self, messages: Vec<(String, String, String)>) -> Result<usize, PublishError> {
+        use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+        let mut sent = 0;
+        for chunk in messages.chunks(10) {
+            let mut batch = self.client.send_message_batch().queue_url(&self.queue_url);
+            for (i, (group, dedup, body)) in chunk.iter().enumerate() {
+                let entry = SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_group_id(group)
+                    .message_deduplication_id(dedup)
+                    .message_body(body)
+                    .build()
+                    .map_err(|e| PublishError(Box::new(e)))?;
+                batch = batch.entries(entry);
+            }
+            let out = batch.send().await.map_err(|e| PublishError(Box::new(e)))?;
+            sent += out.successful().len();
+        }
+        Ok(sent)
+    }
+
     /// `dlq_url` is optional: without it the DLQ depth is not reported.
     pub fn new(client: Client, queue_url: impl Into<String>, dlq_url: Option<String>) -> Self {
         Self {
@@ -67,23 +100,27 @@ impl SqsRedrive {
 #[async_trait]
 impl coupon_domain::reconcile::ports::Redrive for SqsRedrive {
     async fn redrive(&self, grants: &[Grant]) -> Result<usize, PublishError> {
-        use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
-        let mut sent = 0;
-        for chunk in grants.chunks(10) {
-            let mut batch = self.client.send_message_batch().queue_url(&self.queue_url);
-            for (i, grant) in chunk.iter().enumerate() {
-                let body = serde_json::to_string(grant).map_err(|e| PublishError(Box::new(e)))?;
-                let entry = SendMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .message_body(body)
-                    .build()
-                    .map_err(|e| PublishError(Box::new(e)))?;
-                batch = batch.entries(entry);
-            }
-            let out = batch.send().await.map_err(|e| PublishError(Box::new(e)))?;
-            sent += out.successful().len();
+        let mut messages = Vec::with_capacity(grants.len());
+        for grant in grants {
+            let body = serde_json::to_string(grant).map_err(|e| PublishError(Box::new(e)))?;
+            messages.push((group_of(grant), grant.grant_id.clone(), body));
         }
-        Ok(sent)
+        self.send_batches(messages).await
+    }
+
+    async fn send_barriers(&self, barriers: &[Barrier]) -> Result<(), PublishError> {
+        let messages: Vec<(String, String, String)> = barriers
+            .iter()
+            .map(|b| (b.group(), format!("barrier-{}-{}", b.barrier_id, b.lane), b.to_body()))
+            .collect();
+        let want = messages.len();
+        let sent = self.send_batches(messages).await?;
+        if sent < want {
+            return Err(PublishError(
+                format!("{} of {want} barriers were not accepted", want - sent).into(),
+            ));
+        }
+        Ok(())
     }
 
     async fn dlq_depth(&self) -> Result<Option<u64>, PublishError> {

@@ -13,7 +13,9 @@
 //!   coupon's definition and its shard split, grants, grab outcomes.
 //! - [`grab`]: one press of the button, decided in one atomic call on the
 //!   user's home shard, borrowing from other shards before SOLD_OUT.
-//! - [`issuance`]: grants become coupons, exactly once.
+//! - [`issuance`]: grants become coupons, exactly once; [`barrier`]: the
+//!   lanes a coupon's grants travel in, and how the reconciler learns that
+//!   every one sent before an instant has arrived.
 //! - [`reconcile`]: re-drive, repair and report, so Redis and DynamoDB
 //!   agree; its arithmetic is pure and tested alone.
 //! - [`admin`]: operating a campaign, every change audited; [`catalog`]:
@@ -32,6 +34,7 @@
 
 pub mod admin;
 pub mod audit;
+pub mod barrier;
 pub mod blacklist;
 pub mod catalog;
 pub mod clock;

@@ -36,7 +36,7 @@ pub fn sqs_event(messages: &[aws_sdk_sqs::types::Message]) -> SqsEvent {
                 "messageAttributes": {},
                 "md5OfBody": m.md5_of_body(),
                 "eventSource": "aws:sqs",
-                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:coupon-grants",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:coupon-grants.fifo",
                 "awsRegion": "us-east-1"
             })
         })

@@ -1,6 +1,7 @@
 //! The reconciler as deployed, but visiting only this harness's coupons
 //! (parallel tests share one endpoint and must not reconcile each other's).
 
+use coupon_domain::barrier::BarrierRecord;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
@@ -33,6 +34,7 @@ impl Harness {
             // No wait for sends decided before a loss or restart (the
             // tests' sends have landed); `reconcile_windowed` has one.
             send_window_ms: 0,
+            repair_follow_ms: 0,
             metrics_namespace: "Test".into(),
         }
     }
@@ -57,12 +59,21 @@ impl Harness {
     /// One pass over this harness's coupons by a reconciler that waits
     /// `send_window_ms` for sends decided before a loss or a restart (as
     /// deployed); the report of `def`'s coupon.
+    /// (With the issuer consuming the queue meanwhile, as [`Self::reconcile`].)
     pub async fn reconcile_windowed(&self, def: &CouponDefinition, send_window_ms: i64) -> CouponReport {
-        let report = self
-            .reconciler_with(&self.queue_url, send_window_ms)
-            .run()
-            .await
-            .expect("reconcile");
+        let reconciler = self.reconciler_with(&self.queue_url, send_window_ms);
+        let mut report = self.pass(&reconciler, def).await;
+        for _ in 0..2 {
+            if report.shards_waiting == 0 || self.pump().await == 0 {
+                break;
+            }
+            report = self.pass(&reconciler, def).await;
+        }
+        report
+    }
+
+    async fn pass(&self, reconciler: &Reconciler, def: &CouponDefinition) -> CouponReport {
+        let report = reconciler.run().await.expect("reconcile");
         assert!(report.errors.is_empty(), "{:?}", report.errors);
         coupon_domain::reconcile::find(&report, &def.coupon_id)
             .expect("the coupon was visited")
@@ -84,14 +95,19 @@ impl Harness {
         Reconciler::new(reconciler::ports(&config, &clients, facts), settings)
     }
 
-    /// One reconciliation pass over this harness's coupons; the report of
-    /// `def`'s coupon.
+    /// Reconciles this harness's coupons as deployed, with the issuer
+    /// consuming the grant queue meanwhile: a pass, and while `def`'s
+    /// coupon waits for its grants on their way (its barriers are queued
+    /// behind them), the issuer takes the queue and another pass follows.
+    /// The report of `def`'s coupon from the last pass.
     pub async fn reconcile(&self, def: &CouponDefinition) -> CouponReport {
-        let report = self.reconciler_to(&self.queue_url).run().await.expect("reconcile");
-        assert!(report.errors.is_empty(), "{:?}", report.errors);
-        coupon_domain::reconcile::find(&report, &def.coupon_id)
-            .expect("the coupon was visited")
-            .clone()
+        self.reconcile_windowed(def, 0).await
+    }
+
+    /// One reconciliation pass over this harness's coupons, the queue left
+    /// as it is; the report of `def`'s coupon.
+    pub async fn reconcile_once(&self, def: &CouponDefinition) -> CouponReport {
+        self.pass(&self.reconciler_to(&self.queue_url), def).await
     }
 }
 
@@ -137,5 +153,17 @@ impl DurableFacts for OwnCoupons {
     }
     async fn high_water(&self, c: &CouponId) -> Result<std::collections::HashMap<u32, u64>, StoreError> {
         self.inner.high_water(c).await
+    }
+    async fn barrier(&self, c: &CouponId) -> Result<Option<BarrierRecord>, StoreError> {
+        self.inner.barrier(c).await
+    }
+    async fn open_barrier(&self, c: &CouponId, r: &BarrierRecord, replacing: Option<&str>) -> Result<bool, StoreError> {
+        self.inner.open_barrier(c, r, replacing).await
+    }
+    async fn barrier_sent(&self, c: &CouponId, id: &str, at: i64) -> Result<bool, StoreError> {
+        self.inner.barrier_sent(c, id, at).await
+    }
+    async fn close_barrier(&self, c: &CouponId, id: &str) -> Result<bool, StoreError> {
+        self.inner.close_barrier(c, id).await
     }
 }

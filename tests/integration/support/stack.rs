@@ -1,5 +1,6 @@
 //! Clients for the local services, and names no other test uses.
 
+use coupon_domain::barrier::QueueMessage;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_sdk_sqs::config::Credentials;
@@ -75,10 +76,25 @@ impl Stack {
         }
     }
 
+    /// A grant queue of the test's own (FIFO, as the template declares it:
+    /// one message group per lane of a coupon).
     pub async fn new_queue(&self) -> String {
         self.sqs
             .create_queue()
-            .queue_name(unique("grants"))
+            .queue_name(format!("{}.fifo", unique("grants")))
+            .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+            .send()
+            .await
+            .expect("create queue")
+            .queue_url
+            .expect("queue url")
+    }
+
+    /// A standard queue of the test's own (a bus rule's tap).
+    pub async fn new_standard_queue(&self) -> String {
+        self.sqs
+            .create_queue()
+            .queue_name(unique("tap"))
             .send()
             .await
             .expect("create queue")
@@ -99,12 +115,16 @@ impl Stack {
             .expect("queue url")
     }
 
-    /// Every grant on `queue_url`, received and deleted.
+    /// Every grant on `queue_url`, received and deleted (a reconciler's
+    /// barriers among them are deleted too).
     pub async fn drain(&self, queue_url: &str) -> Vec<Grant> {
         self.drain_bodies(queue_url)
             .await
             .iter()
-            .map(|body| serde_json::from_str(body).expect("grant json"))
+            .filter_map(|body| match QueueMessage::parse(body).expect("a grant or a barrier") {
+                QueueMessage::Grant(g) => Some(g),
+                QueueMessage::Barrier(_) => None,
+            })
             .collect()
     }
 

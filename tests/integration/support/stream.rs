@@ -131,7 +131,7 @@ impl TestBus {
         let events = aws_sdk_eventbridge::Client::new(&stack.sdk);
         let name = unique("bus");
         events.create_event_bus().name(&name).send().await.expect("create bus");
-        let queue_url = stack.new_queue().await;
+        let queue_url = stack.new_standard_queue().await;
         let arn = stack
             .sqs
             .get_queue_attributes()

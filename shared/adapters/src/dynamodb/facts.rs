@@ -4,7 +4,10 @@
 use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::types::KeysAndAttributes;
+use coupon_domain::barrier::BarrierRecord;
 use coupon_domain::coupon::{CouponDefinition, StoredCoupon};
 use coupon_domain::error::StoreError;
 use coupon_domain::grant::{Grant, GrantRecord};
@@ -12,7 +15,7 @@ use coupon_domain::ids::{CouponId, RequestId, UserId};
 use coupon_domain::reconcile::ports::{DurableFacts, RejectedGrant};
 use coupon_domain::user_coupon::{Held, Holdings, RejectReason};
 
-use super::items::{get_n, get_s, n, parse_definition, s, unavailable, Item, Tables, BY_COUPON_INDEX};
+use super::items::{get_n, get_s, malformed, n, parse_definition, s, unavailable, Item, Tables, BY_COUPON_INDEX};
 use super::keys::{self, coupon_pk, user_coupon_sk, user_pk};
 
 /// One user coupon item as the rebuild needs it: the request that won it
@@ -187,5 +190,104 @@ impl DurableFacts for DynamoFacts {
                 Some((shard, get_n(i, super::issue::HIGH_WATER)?))
             })
             .collect())
+    }
+
+    async fn barrier(&self, coupon: &CouponId) -> Result<Option<BarrierRecord>, StoreError> {
+        let Some(item) = self.tables.get(coupon_pk(coupon), keys::BARRIER).await? else {
+            return Ok(None);
+        };
+        let numbers = |name: &str| -> Vec<u32> {
+            match item.get(name) {
+                Some(AttributeValue::Ns(ns)) => ns.iter().filter_map(|n| n.parse().ok()).collect(),
+                _ => Vec::new(),
+            }
+        };
+        let id = get_s(&item, "barrier_id")
+            .ok_or_else(|| malformed("barrier", "no barrier_id"))?
+            .to_owned();
+        Ok(Some(BarrierRecord {
+            id,
+            opened_ms: get_n(&item, "opened_ms").ok_or_else(|| malformed("barrier", "no opened_ms"))?,
+            shards: numbers("shards"),
+            sent_ms: get_n(&item, "sent_ms"),
+            lanes_done: numbers("lanes").len() as u32,
+        }))
+    }
+
+    async fn open_barrier(
+        &self,
+        coupon: &CouponId,
+        record: &BarrierRecord,
+        replacing: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let mut put = self
+            .tables
+            .client
+            .put_item()
+            .table_name(&self.tables.coupons)
+            .item("pk", s(coupon_pk(coupon)))
+            .item("sk", s(keys::BARRIER))
+            .item("barrier_id", s(&record.id))
+            .item("opened_ms", n(record.opened_ms));
+        if !record.shards.is_empty() {
+            put = put.item(
+                "shards",
+                AttributeValue::Ns(record.shards.iter().map(u32::to_string).collect()),
+            );
+        }
+        put = match replacing {
+            None => put.condition_expression("attribute_not_exists(sk)"),
+            Some(old) => put
+                .condition_expression("barrier_id = :old")
+                .expression_attribute_values(":old", s(old)),
+        };
+        conditional(put.send().await)
+    }
+
+    async fn barrier_sent(&self, coupon: &CouponId, id: &str, sent_ms: i64) -> Result<bool, StoreError> {
+        let update = self
+            .tables
+            .client
+            .update_item()
+            .table_name(&self.tables.coupons)
+            .key("pk", s(coupon_pk(coupon)))
+            .key("sk", s(keys::BARRIER))
+            .update_expression("SET sent_ms = :t")
+            .condition_expression("barrier_id = :id")
+            .expression_attribute_values(":t", n(sent_ms))
+            .expression_attribute_values(":id", s(id))
+            .send()
+            .await;
+        conditional(update)
+    }
+
+    async fn close_barrier(&self, coupon: &CouponId, id: &str) -> Result<bool, StoreError> {
+        let delete = self
+            .tables
+            .client
+            .delete_item()
+            .table_name(&self.tables.coupons)
+            .key("pk", s(coupon_pk(coupon)))
+            .key("sk", s(keys::BARRIER))
+            .condition_expression("barrier_id = :id")
+            .expression_attribute_values(":id", s(id))
+            .send()
+            .await;
+        conditional(delete)
+    }
+}
+
+/// A conditional write's result as "written or not": a failed condition is
+/// `Ok(false)` (another pass moved the item), anything else an error.
+fn conditional<T, E>(
+    result: Result<T, SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>>,
+) -> Result<bool, StoreError>
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match result {
+        Ok(_) => Ok(true),
+        Err(SdkError::ServiceError(e)) if e.err().code() == Some("ConditionalCheckFailedException") => Ok(false),
+        Err(e) => Err(unavailable(e)),
     }
 }

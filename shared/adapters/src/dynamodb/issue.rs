@@ -10,7 +10,8 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use coupon_domain::barrier::Barrier;
 use coupon_domain::coupon::{counter_items_for, CouponDefinition};
 use coupon_domain::error::BoxError;
 use coupon_domain::grant::Grant;
@@ -215,6 +216,37 @@ impl IssueLedger for DynamoIssueLedger {
             .condition_expression("attribute_not_exists(#h) OR #h < :s")
             .expression_attribute_names("#h", HIGH_WATER)
             .expression_attribute_values(":s", n(seq))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(())
+            }
+            Err(e) => {
+                let throttled = e.code().is_some_and(is_throttle);
+                Err(classify(Box::new(e), throttled))
+            }
+        }
+    }
+
+    /// `ADD lanes :lane` on the coupon's `BARRIER` item, only while it is
+    /// that barrier's episode: an older barrier's lane must not count for
+    /// a newer wait, and a closed wait has nothing left to record.
+    async fn acknowledge_barrier(&self, barrier: &Barrier) -> Result<(), IssueError> {
+        let result = self
+            .tables
+            .client
+            .update_item()
+            .table_name(&self.tables.coupons)
+            .key("pk", s(coupon_pk(&barrier.coupon_id)))
+            .key("sk", s(keys::BARRIER))
+            .update_expression("ADD lanes :lane")
+            .condition_expression("barrier_id = :id")
+            .expression_attribute_values(":lane", AttributeValue::Ns(vec![barrier.lane.to_string()]))
+            .expression_attribute_values(":id", s(&barrier.barrier_id))
             .send()
             .await;
         match result {

@@ -40,6 +40,9 @@ pub const DEF: &str = "DEF";
 pub const REPORT: &str = "REPORT";
 /// A user's blacklist entry.
 pub const ENTRY: &str = "ENTRY";
+/// The coupon's current wait for its grants on their way (a barrier
+/// episode, `coupon_domain::barrier::BarrierRecord`).
+pub const BARRIER: &str = "BARRIER";
 
 /// Capped counter `k` of a coupon.
 pub fn counter_sk(k: impl std::fmt::Display) -> String {

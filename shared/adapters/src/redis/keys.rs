@@ -89,12 +89,6 @@ impl ShardKeys {
     pub fn fence(&self) -> String {
         format!("{}:fence", self.tag)
     }
-    /// When a reconciler pass first found the shard without state (lost,
-    /// or dropped after a rollback), in ms: its rebuild waits out the send
-    /// window from then. Deleted by the rebuild; expires by itself.
-    pub fn lost(&self) -> String {
-        format!("{}:lost", self.tag)
-    }
     /// The stored outcome of one request. The user id is part of the key:
     /// request ids are scoped per user, and a request id cannot contain `:`,
     /// so `<user>:<request>` is unambiguous.
@@ -125,7 +119,6 @@ mod tests {
             shard.outbox(),
             shard.taken(),
             shard.fence(),
-            shard.lost(),
             shard.request(&user, &req),
         ] {
             assert_eq!(hash_tag(&key), "cpn:c:3", "{key}");

@@ -44,9 +44,6 @@ pub(super) fn outbox_entry(id: &redis::streams::StreamId) -> Option<OutboxEntry>
     Some(OutboxEntry { seq, grant })
 }
 
-/// A lost shard's first-seen time outlives any rebuild's wait for the queue.
-const LOST_TTL_MS: u64 = 3_600_000;
-
 /// Outbox pages are read this many entries at a time.
 const OUTBOX_PAGE: usize = 1_000;
 
@@ -149,11 +146,7 @@ impl StockRepair for RedisRepair {
         let mut fields = meta_fields(def, coupon.version, shard, stock, seq_base, now_ms);
         fields.push(("restored_at_ms", now_ms.to_string()));
         match self.redis.write_meta(def, shard, &fields).await?.as_str() {
-            "CREATED" => {
-                let mut conn = self.redis.conn.clone();
-                conn.del::<_, ()>(k.lost()).await.map_err(unavailable)?;
-                Ok(true)
-            }
+            "CREATED" => Ok(true),
             "EXISTS" | "CONFLICT" => Ok(false),
             other => Err(protocol("preheat.lua", format!("unknown reply {other:?}"))),
         }
@@ -191,7 +184,6 @@ impl StockRepair for RedisRepair {
             .key(k.outbox())
             .key(k.taken())
             .key(k.borrowing())
-            .key(k.lost())
             .arg(now_ms)
             .arg(high_water.map(|m| m.to_string()).unwrap_or_default())
             .invoke_async(&mut conn)
@@ -207,26 +199,6 @@ impl StockRepair for RedisRepair {
             Some("CONFIRMED") => Verification::Confirmed,
             other => return Err(protocol(WHAT, format!("unknown reply {other:?}"))),
         })
-    }
-
-    async fn lost_since(&self, coupon: &CouponId, shard: u32, now_ms: i64) -> Result<i64, StoreError> {
-        let mut conn = self.redis.conn.clone();
-        let before: Option<String> = redis::cmd("SET")
-            .arg(self.redis.keys.shard(coupon, shard).lost())
-            .arg(now_ms)
-            .arg("NX")
-            .arg("GET")
-            .arg("PX")
-            .arg(LOST_TTL_MS)
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        match before {
-            None => Ok(now_ms),
-            Some(ms) => ms
-                .parse()
-                .map_err(|_| protocol("SET lost", format!("not a time: {ms:?}"))),
-        }
     }
 
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {

@@ -7,30 +7,33 @@
 //! that a unit moving during the pass is never counted nowhere:
 //!
 //! 0. Rollbacks: a shard whose grant sequence is behind its durable
-//!    high-water mark is dropped; a shard whose Redis server restarted since
-//!    it was stamped (it sells nothing until then) is checked once the send
-//!    window is over and the queue is empty: behind its mark, or out of
-//!    stock, it is dropped; otherwise stamped again, and every epoch bumped.
+//!    high-water mark is dropped. Then the coupon's wait for its grants on
+//!    their way (`wait.rs`): with any shard lost or restarted, a per-coupon
+//!    barrier episode is opened, its barriers sent once the send window
+//!    has passed, and repairs of the shards it covers allowed once every
+//!    lane has acknowledged. A shard whose Redis server restarted since it
+//!    was stamped (it sells nothing until then) is checked then: behind
+//!    its mark, or out of stock, it is dropped; otherwise stamped again,
+//!    and every epoch bumped.
 //! 1. Surviving stock, each shard with its definition version; a shard
-//!    without state while DynamoDB knows the coupon means Redis lost it
-//!    (since when is kept in `<shard>:lost`). Shards still on an older
-//!    version get the stored definition (an operator's change whose Redis
-//!    step failed).
+//!    without state while DynamoDB knows the coupon means Redis lost it.
+//!    Shards still on an older version get the stored definition (an
+//!    operator's change whose Redis step failed).
 //! 2. Borrows whose caller died, finished exactly as a client retry would
 //!    (idempotent per user and ordinal), not while a shard is lost; then
 //!    every outbox is read.
-//! 3. The grant queue's depth: what may still be on its way.
+//! 3. The grant queue's depth (every coupon's): while it holds messages a
+//!    young pending entry may be one of them.
 //! 4. DynamoDB: outbox entries it confirms (issued under that grant id, or
 //!    rejected) are trimmed; the others are pending, and those past the
 //!    grace period (past the backlog horizon while the queue holds
 //!    messages) are re-driven to SQS, only from shards a replica holds and
-//!    that are still current. Then lost shards are rebuilt, once the send
-//!    window has passed since the loss was found, the queue is empty, the
-//!    `by-coupon` index lists every coupon the counters count and the pass
-//!    read one definition version throughout: per-user counts and request
-//!    outcomes first, then stock (`total - issued - rejected - pending -
-//!    what surviving shards hold`) at that version, then every shard's
-//!    "sold out" stamp is voided.
+//!    that are still current. Then lost shards are rebuilt, once the
+//!    coupon's wait has passed, the `by-coupon` index lists every coupon
+//!    the counters count and the pass read one definition version
+//!    throughout: per-user counts and request outcomes first, then stock
+//!    (`total - issued - rejected - pending - what surviving shards hold`)
+//!    at that version, then every shard's "sold out" stamp is voided.
 //!
 //! The pass ends with the stock equation,
 //! `total = remaining + issued + pending + rejected - overgranted`
@@ -66,10 +69,12 @@ pub mod ports;
 mod report;
 #[cfg(test)]
 mod tests;
+mod wait;
 
 pub use figures::{balance, restorable, split};
 use ports::{DurableFacts, Redrive, StockRepair, Verification};
 pub use report::{find, CouponReport, ReconcileReport};
+use wait::Gate;
 
 /// How a run behaves.
 #[derive(Debug, Clone, Copy)]
@@ -129,6 +134,17 @@ pub struct ReconcilePorts {
     /// Where the function's metrics go (EMF lines in Lambda, a recorder in
     /// tests).
     pub metrics: Arc<dyn Metrics>,
+}
+
+/// What the shards that kept their state hold, as one pass read them.
+#[derive(Debug, Clone, Copy, Default)]
+struct Surviving {
+    /// Their stock, summed.
+    held: i64,
+    /// How many computed it from another definition version than the one
+    /// the pass read: an operator's change is on its way (or raced the
+    /// pass), and `held` and the total disagree by its units.
+    other_version: u32,
 }
 
 /// The reconciliation use case.
@@ -291,34 +307,23 @@ impl Reconciler {
         //    its sequence not behind the mark yet (the issuer's backlog) or
         //    any more (presses moved it past): it sells nothing until the
         //    mark is final and compared (dropped then, rebuilt below).
-        self.verify_restarted(def, now, &mut r).await?;
+        //    Both wait for the coupon's grants on their way (`wait.rs`).
+        let mut gate = self.gate(def, now, &mut r).await?;
+        self.verify_restarted(def, now, &mut gate, &mut r).await?;
         // 1. Surviving stock, and which shards are gone.
         let mut present = Vec::new();
         let mut missing = Vec::new();
-        let mut held = 0i64;
-        // Since when the last of the lost shards has been known lost: a
-        // send decided before the loss may land until the window is over.
-        let mut lost_since = i64::MIN;
-        // Shards whose stock was computed from another definition version
-        // than the one read above: an operator's change is on its way (or
-        // raced this pass), and `held` and the total disagree by its units.
-        let mut other_version = 0u32;
+        let mut surviving = Surviving::default();
         for shard in 0..def.shards {
             match self.ports.repair.shard_stock(coupon, shard).await? {
                 Some(found) => {
                     present.push(shard);
-                    held += found.stock;
-                    other_version += u32::from(found.version != stored.version);
+                    surviving.held += found.stock;
+                    surviving.other_version += u32::from(found.version != stored.version);
                 }
-                None => {
-                    missing.push(shard);
-                    if now < def.grab_end_ms {
-                        lost_since = lost_since.max(self.ports.repair.lost_since(coupon, shard, now).await?);
-                    }
-                }
+                None => missing.push(shard),
             }
         }
-        let window_over = now.saturating_sub(lost_since) >= self.settings.send_window_ms;
         // An operator's change that never reached a shard (its Redis step
         // failed, or met a shard that was lost then) is applied now.
         self.heal_settings(&stored, &present, &mut r).await?;
@@ -347,12 +352,9 @@ impl Reconciler {
             outboxes.push((shard, self.ports.repair.outbox(coupon, shard).await?));
         }
 
-        // 3. The queue: how many grants are on their way. Every grant sent
-        // before it is empty has reached DynamoDB (or the DLQ), so the
-        // counters read next know every unit handed out. A rebuild waits for
-        // that (lost shards stay missing, grabs answer BUSY, rather than
-        // reopen with units still on their way), and so does the re-drive of
-        // young entries (one may be in the backlog).
+        // 3. The queue's depth, every coupon's: while it holds messages a
+        // young pending entry may be one of them, and is not re-driven yet.
+        // (Repairs wait for the coupon's own barriers instead, above.)
         let in_flight = match self.ports.redrive.in_flight().await {
             Ok(n) => n,
             Err(e) => {
@@ -399,26 +401,19 @@ impl Reconciler {
             }
         }
 
-        if !missing.is_empty() && now < def.grab_end_ms && in_flight == Some(0) && window_over {
-            self.rebuild(&stored, held, other_version, &missing, &mut r, now)
+        if !missing.is_empty() && now < def.grab_end_ms && missing.iter().all(|&s| gate.lets(s)) {
+            self.rebuild(&stored, surviving, &missing, &mut gate, &mut r, now)
                 .await?;
         } else if !missing.is_empty() && now < def.grab_end_ms {
-            r.shards_waiting += missing.len() as u32;
-            r.causes.push(match in_flight {
-                _ if !window_over => format!(
-                    "{} shard(s) have no Redis state; rebuilt once sends made before the loss have landed ({} ms)",
-                    missing.len(),
-                    self.settings.send_window_ms
-                ),
-                Some(n) => format!(
-                    "{} shard(s) have no Redis state; rebuilt once the {n} grant(s) in the queue have reached DynamoDB",
+            if !matches!(gate, Gate::Waiting) {
+                // Lost during this pass, after the gate looked: the next
+                // pass opens a wait that covers it.
+                r.shards_waiting += missing.len() as u32;
+                r.causes.push(format!(
+                    "{} shard(s) have no Redis state since this pass began; the next pass waits for the grants on their way",
                     missing.len()
-                ),
-                None => format!(
-                    "{} shard(s) have no Redis state; the grant queue's depth is unknown, so the rebuild waits",
-                    missing.len()
-                ),
-            });
+                ));
+            }
         } else if !missing.is_empty() {
             r.causes.push(format!(
                 "{} shard(s) have no Redis state; the window is over, so they are not rebuilt",
@@ -447,14 +442,18 @@ impl Reconciler {
     /// cannot say so once traffic has moved it past the durable mark, so
     /// every claim on it answers BUSY (`lua/lib.lua`) until this check.
     /// The check compares the shard's sequence with its durable mark once
-    /// the mark is final: the send window has passed since the shard was
-    /// first found suspect (no send decided before the restart can still
-    /// land) and the grant queue is empty (every grant sent has reached
-    /// DynamoDB, and raised its shard's mark). Read in that order: the
-    /// queue, then the marks, then Redis. Behind the mark: dropped, and
-    /// rebuilt by this pass. Otherwise the shard holds every grant
-    /// issued and sells again.
-    async fn verify_restarted(&self, def: &CouponDefinition, now: i64, r: &mut CouponReport) -> Result<(), StoreError> {
+    /// the mark is final: once the gate has passed (every grant of the
+    /// coupon sent before the restart was found has reached DynamoDB, and
+    /// raised its shard's mark). Behind the mark: dropped, and rebuilt by
+    /// this pass. Otherwise the shard holds every grant issued and sells
+    /// again.
+    async fn verify_restarted(
+        &self,
+        def: &CouponDefinition,
+        now: i64,
+        gate: &mut Gate,
+        r: &mut CouponReport,
+    ) -> Result<(), StoreError> {
         let coupon = &def.coupon_id;
         let mut suspects = Vec::new();
         for shard in 0..def.shards {
@@ -462,37 +461,9 @@ impl Reconciler {
                 suspects.push((shard, since_ms));
             }
         }
-        if suspects.is_empty() {
-            return Ok(());
-        }
-        let window_over = suspects
-            .iter()
-            .all(|&(_, since)| now.saturating_sub(since) >= self.settings.send_window_ms);
-        let in_flight = if window_over {
-            self.ports.redrive.in_flight().await.unwrap_or_else(|e| {
-                warn!(error = %e, "grant queue depth unknown; restarted shards wait");
-                None
-            })
-        } else {
-            None
-        };
-        if in_flight != Some(0) {
-            r.shards_waiting += suspects.len() as u32;
-            r.causes.push(match (window_over, in_flight) {
-                (false, _) => format!(
-                    "{} shard(s) restarted; checked against DynamoDB once sends made before the restart have landed ({} ms)",
-                    suspects.len(),
-                    self.settings.send_window_ms
-                ),
-                (true, Some(n)) => format!(
-                    "{} shard(s) restarted; checked against DynamoDB once the {n} grant(s) in the queue have reached it",
-                    suspects.len()
-                ),
-                (true, None) => format!(
-                    "{} shard(s) restarted; the grant queue's depth is unknown, so their check waits",
-                    suspects.len()
-                ),
-            });
+        // The gate counted them as waiting already; one found suspect since
+        // it looked waits for the next pass's.
+        if suspects.is_empty() || !suspects.iter().all(|&(s, _)| gate.lets(s)) || !self.enter(def, gate, r).await? {
             return Ok(());
         }
         let marks = self.ports.facts.high_water(coupon).await?;
@@ -657,9 +628,9 @@ impl Reconciler {
     async fn rebuild(
         &self,
         stored: &StoredCoupon,
-        held: i64,
-        other_version: u32,
+        surviving: Surviving,
         missing: &[u32],
+        gate: &mut Gate,
         r: &mut CouponReport,
         now: i64,
     ) -> Result<(), StoreError> {
@@ -672,6 +643,7 @@ impl Reconciler {
         // other. The next pass reads both afresh (and heals the shards
         // behind first).
         let latest = self.ports.facts.stored(coupon).await?.unwrap_or_else(|| stored.clone());
+        let Surviving { held, other_version } = surviving;
         if other_version > 0 || latest.version != stored.version {
             r.shards_waiting += missing.len() as u32;
             r.causes.push(format!(
@@ -699,6 +671,9 @@ impl Reconciler {
                 "{} shard(s) have no Redis state; the by-coupon index lists {indexed} of the {counted} coupon(s) issued, so the rebuild waits for it to catch up",
                 missing.len()
             ));
+            return Ok(());
+        }
+        if !self.enter(def, gate, r).await? {
             return Ok(());
         }
         let marks = self.ports.facts.high_water(coupon).await?;

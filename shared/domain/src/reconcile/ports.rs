@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 
+use crate::barrier::{Barrier, BarrierRecord};
 use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::{PublishError, StoreError};
 use crate::grant::Grant;
@@ -53,6 +54,25 @@ pub trait DurableFacts: Send + Sync {
     /// Per shard, the highest grant sequence the durable store has seen
     /// minted (the issuer raises it before acknowledging a grant).
     async fn high_water(&self, coupon: &CouponId) -> Result<HashMap<u32, u64>, StoreError>;
+    /// The coupon's current wait for its grants on their way, read
+    /// consistently (with the lanes acknowledged so far), if one is open.
+    async fn barrier(&self, coupon: &CouponId) -> Result<Option<BarrierRecord>, StoreError>;
+    /// Opens `record` in place of the episode this pass read (`replacing`,
+    /// `None` if it read none). `Ok(false)` if another pass opened or
+    /// closed one meanwhile: this pass then leaves the wait to it.
+    async fn open_barrier(
+        &self,
+        coupon: &CouponId,
+        record: &BarrierRecord,
+        replacing: Option<&str>,
+    ) -> Result<bool, StoreError>;
+    /// Records that episode `id`'s barriers were sent at `sent_ms`;
+    /// `Ok(false)` if it is no longer the current one.
+    async fn barrier_sent(&self, coupon: &CouponId, id: &str, sent_ms: i64) -> Result<bool, StoreError>;
+    /// Closes episode `id`, before the shards it covers are repaired (a
+    /// pass that dies after this leaves them missing, and the next opens a
+    /// new wait). `Ok(false)` if it was not the current one.
+    async fn close_barrier(&self, coupon: &CouponId, id: &str) -> Result<bool, StoreError>;
 }
 
 /// What [`StockRepair::verify`] found on a shard.
@@ -138,10 +158,6 @@ pub trait StockRepair: Send + Sync {
         now_ms: i64,
         high_water: Option<u64>,
     ) -> Result<Verification, StoreError>;
-    /// When a pass first found this shard without state (now, if this is
-    /// the first), kept until the shard is rebuilt: its rebuild waits out
-    /// the send window from then.
-    async fn lost_since(&self, coupon: &CouponId, shard: u32, now_ms: i64) -> Result<i64, StoreError>;
     /// Invalidates every shard's "sold out" stamp after stock was added.
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError>;
     /// Borrows reserved before `before_ms` and never settled.
@@ -158,11 +174,15 @@ pub trait StockRepair: Send + Sync {
 pub trait Redrive: Send + Sync {
     /// Sends grants to the issuer again; returns how many were queued.
     async fn redrive(&self, grants: &[Grant]) -> Result<usize, PublishError>;
+    /// Sends each barrier into its lane, after everything already sent
+    /// there.
+    async fn send_barriers(&self, barriers: &[Barrier]) -> Result<(), PublishError>;
     /// Messages waiting in the dead-letter queue, if known.
     async fn dlq_depth(&self) -> Result<Option<u64>, PublishError>;
-    /// Grants on their way to the issuer (waiting, being processed, or
-    /// delayed in the grant queue), if known. A rebuild after Redis lost
-    /// data waits for 0: until then, units may be on their way that no
-    /// store the rebuild can read knows of.
+    /// Messages on their way to the issuer (waiting, being processed, or
+    /// delayed in the grant queue, every coupon's), if known: while there
+    /// are any, a pending outbox entry may be one of them, and is re-driven
+    /// only past the backlog horizon. (Approximate, and minutes late in
+    /// AWS: repairs never wait on it, but on barriers.)
     async fn in_flight(&self) -> Result<Option<u64>, PublishError>;
 }

@@ -3,11 +3,12 @@
 //! and a queue that keeps what it is sent.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
 use crate::audit::AuditEntry;
+use crate::barrier::{Barrier, BarrierRecord};
 use crate::blacklist::{BlacklistFlags, BlacklistRecord};
 use crate::coupon::{CouponDefinition, CouponStatus, StoredCoupon};
 use crate::error::{PublishError, StoreError};
@@ -47,9 +48,20 @@ pub struct MemoryFacts {
     /// definition (one racing the pass that read it): the new definition
     /// and its version.
     pub change_after_read: Mutex<Option<(CouponDefinition, u64)>>,
+    /// Each coupon's open barrier episode.
+    pub barriers: Mutex<HashMap<CouponId, BarrierRecord>>,
 }
 
 impl MemoryFacts {
+    /// What the issuer records on a barrier's arrival.
+    pub fn acknowledge(&self, barrier: &Barrier) {
+        if let Some(rec) = self.barriers.lock().unwrap().get_mut(&barrier.coupon_id) {
+            if rec.id == barrier.barrier_id {
+                rec.lanes_done += 1;
+            }
+        }
+    }
+
     /// Records `grant` as issued.
     pub fn issue(&self, grant: &Grant) {
         *self.issued.lock().unwrap().entry(grant.coupon_id.clone()).or_default() += 1;
@@ -110,6 +122,39 @@ impl DurableFacts for MemoryFacts {
     }
     async fn high_water(&self, coupon: &CouponId) -> Result<HashMap<u32, u64>, StoreError> {
         Ok(self.high_water.lock().unwrap().get(coupon).cloned().unwrap_or_default())
+    }
+    async fn barrier(&self, coupon: &CouponId) -> Result<Option<BarrierRecord>, StoreError> {
+        Ok(self.barriers.lock().unwrap().get(coupon).cloned())
+    }
+    async fn open_barrier(
+        &self,
+        coupon: &CouponId,
+        record: &BarrierRecord,
+        replacing: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let mut barriers = self.barriers.lock().unwrap();
+        if barriers.get(coupon).map(|r| r.id.as_str()) != replacing {
+            return Ok(false);
+        }
+        barriers.insert(coupon.clone(), record.clone());
+        Ok(true)
+    }
+    async fn barrier_sent(&self, coupon: &CouponId, id: &str, sent_ms: i64) -> Result<bool, StoreError> {
+        Ok(match self.barriers.lock().unwrap().get_mut(coupon) {
+            Some(rec) if rec.id == id => {
+                rec.sent_ms = Some(sent_ms);
+                true
+            }
+            _ => false,
+        })
+    }
+    async fn close_barrier(&self, coupon: &CouponId, id: &str) -> Result<bool, StoreError> {
+        let mut barriers = self.barriers.lock().unwrap();
+        if barriers.get(coupon).is_some_and(|r| r.id == id) {
+            barriers.remove(coupon);
+            return Ok(true);
+        }
+        Ok(false)
     }
     async fn was_rebuilt(&self, coupon: &CouponId) -> Result<bool, StoreError> {
         Ok(self.rebuilds.lock().unwrap().iter().any(|(c, _)| c == coupon))
@@ -174,8 +219,6 @@ pub struct MemoryShards {
     pub shards: Mutex<HashMap<(CouponId, u32), ShardState>>,
     /// Users whose blacklist flag is set.
     pub flags: Mutex<HashSet<UserId>>,
-    /// When each lost shard was first found so.
-    pub lost: Mutex<HashMap<(CouponId, u32), i64>>,
     /// Runs once, right after the first outbox read of a pass.
     pub after_outbox_read: Mutex<Option<ShardsHook>>,
 }
@@ -247,7 +290,6 @@ impl StockRepair for MemoryShards {
         if shards.contains_key(&key) {
             return Ok(false);
         }
-        self.lost.lock().unwrap().remove(&key);
         shards.insert(
             key,
             ShardState {
@@ -301,9 +343,7 @@ impl StockRepair for MemoryShards {
             // As verify.lua: behind the mark, or out of stock (claims may
             // have been filled by borrows, which move no sequence).
             Some(mark) if s.seq < mark || s.stock <= 0 => {
-                let found = s.restarted.flatten().unwrap_or(now_ms);
                 shards.remove(&key);
-                self.lost.lock().unwrap().insert(key, found);
                 Verification::Dropped
             }
             Some(_) => {
@@ -311,14 +351,6 @@ impl StockRepair for MemoryShards {
                 Verification::Confirmed
             }
         })
-    }
-    async fn lost_since(&self, coupon: &CouponId, shard: u32, now_ms: i64) -> Result<i64, StoreError> {
-        Ok(*self
-            .lost
-            .lock()
-            .unwrap()
-            .entry((coupon.clone(), shard))
-            .or_insert(now_ms))
     }
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {
         if let Some(s) = self.shards.lock().unwrap().get_mut(&(coupon.clone(), shard)) {
@@ -366,15 +398,49 @@ impl BlacklistFlags for MemoryShards {
     }
 }
 
-/// A queue that keeps what is re-driven to it.
+/// A queue that keeps what is re-driven to it, in front of an issuer that
+/// acknowledges barriers in `issuer` (the durable facts): at once, unless
+/// `hold_barriers` says the coupon's own grants are still ahead of them
+/// (then on [`FakeRedrive::deliver`]).
 #[derive(Default)]
 pub struct FakeRedrive {
     /// Every grant sent, in order.
     pub sent: Mutex<Vec<Grant>>,
     /// The dead-letter queue's depth to report.
     pub dlq_depth: Option<u64>,
-    /// Grants still on their way to the issuer (`None`: 0).
+    /// Messages still on their way to the issuer, every coupon's (`None`:
+    /// 0).
     pub in_flight: Mutex<Option<u64>>,
+    /// True while barriers wait behind grants of their own lanes.
+    pub hold_barriers: Mutex<bool>,
+    /// Where barriers are acknowledged.
+    pub issuer: Option<Arc<MemoryFacts>>,
+    /// Barriers sent and not yet acknowledged.
+    pub barriers: Mutex<Vec<Barrier>>,
+    /// How many barriers were sent in all.
+    pub barriers_sent: Mutex<usize>,
+}
+
+impl FakeRedrive {
+    /// A queue whose barriers the issuer acknowledges in `facts`.
+    pub fn feeding(facts: Arc<MemoryFacts>) -> Self {
+        Self {
+            issuer: Some(facts),
+            ..Self::default()
+        }
+    }
+
+    /// The issuer reaches every barrier waiting in the queue (and the grants
+    /// ahead of them), and acknowledges it; later ones come through at once.
+    pub fn deliver(&self) {
+        *self.hold_barriers.lock().unwrap() = false;
+        let waiting = std::mem::take(&mut *self.barriers.lock().unwrap());
+        if let Some(facts) = &self.issuer {
+            for b in &waiting {
+                facts.acknowledge(b);
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -382,6 +448,14 @@ impl Redrive for FakeRedrive {
     async fn redrive(&self, grants: &[Grant]) -> Result<usize, PublishError> {
         self.sent.lock().unwrap().extend_from_slice(grants);
         Ok(grants.len())
+    }
+    async fn send_barriers(&self, barriers: &[Barrier]) -> Result<(), PublishError> {
+        *self.barriers_sent.lock().unwrap() += barriers.len();
+        self.barriers.lock().unwrap().extend_from_slice(barriers);
+        if !*self.hold_barriers.lock().unwrap() {
+            self.deliver();
+        }
+        Ok(())
     }
     async fn dlq_depth(&self) -> Result<Option<u64>, PublishError> {
         Ok(self.dlq_depth)

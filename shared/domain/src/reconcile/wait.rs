@@ -1,0 +1,186 @@
+//! The wait before a coupon's lost or restarted shards are repaired: until
+//! every grant sent before the fault has reached DynamoDB, a unit on its
+//! way is in no store a rebuild (or a restarted shard's check against its
+//! mark) can read. The wait is per coupon ([`crate::barrier`]): another
+//! sale's backlog in the same queue does not hold it up.
+//!
+//! One episode, durable in DynamoDB so that any pass of any reconciler
+//! picks it up, goes through these stages, as far as one pass can take it:
+//!
+//! 1. Opened when a pass first finds the shards lost or restarted (the
+//!    fault happened before).
+//! 2. Once the send window has passed since then, so that no send decided
+//!    before the fault can still land after them, a barrier goes into each
+//!    of the coupon's lanes.
+//! 3. Each lane's barrier is acknowledged by the issuer once everything
+//!    before it in the lane has been issued (or has failed for good).
+//! 4. With every lane acknowledged, the pass may repair the shards it
+//!    covers. It closes the episode just before its first repair (so an
+//!    episode never outlives a repair to vouch for a later fault; a pass
+//!    that dies in between leaves the shards missing, and the next opens a
+//!    new wait), and leaves it open if the repair must wait for something
+//!    else (the next pass finds it passed). A shard found lost or
+//!    restarted later needs an episode of its own, since its grants may
+//!    have been sent after these barriers.
+
+use tracing::{info, warn};
+
+use crate::barrier::{Barrier, BarrierRecord, LANES};
+use crate::coupon::CouponDefinition;
+use crate::error::StoreError;
+
+use super::ports::Verification;
+use super::{CouponReport, Reconciler};
+
+/// Where a pass stands on the coupon's grants on their way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Gate {
+    /// No shard is lost or restarted.
+    Clear,
+    /// Some are, and grants may still be on their way (the report says
+    /// why); nothing is repaired this pass.
+    Waiting,
+    /// Every grant of the coupon sent before these shards were found lost
+    /// or restarted has arrived: this pass may check and rebuild them (and
+    /// only them), once it has closed the episode ([`Reconciler::enter`]).
+    Passed {
+        /// The episode.
+        id: String,
+        /// The shards it covers.
+        shards: Vec<u32>,
+        /// True once this pass closed it.
+        closed: bool,
+    },
+}
+
+impl Gate {
+    /// True if `shard` may be repaired this pass.
+    pub(super) fn lets(&self, shard: u32) -> bool {
+        matches!(self, Self::Passed { shards, .. } if shards.contains(&shard))
+    }
+}
+
+impl Reconciler {
+    /// Takes the coupon's wait as far as it can go this pass.
+    pub(super) async fn gate(
+        &self,
+        def: &CouponDefinition,
+        now: i64,
+        r: &mut CouponReport,
+    ) -> Result<Gate, StoreError> {
+        let coupon = &def.coupon_id;
+        let mut affected = Vec::new();
+        for shard in 0..def.shards {
+            match self.ports.repair.verify(coupon, shard, now, None).await? {
+                Verification::Suspect { .. } => affected.push(shard),
+                Verification::Missing if now < def.grab_end_ms => affected.push(shard),
+                _ => {}
+            }
+        }
+        let facts = &self.ports.facts;
+        let current = facts.barrier(coupon).await?;
+        if affected.is_empty() {
+            // Healed (or never needed): an episode left open must not vouch
+            // for a later fault.
+            if let Some(rec) = current {
+                facts.close_barrier(coupon, &rec.id).await?;
+            }
+            return Ok(Gate::Clear);
+        }
+        let mut rec = match current {
+            Some(rec) if rec.covers(&affected) => rec,
+            other => {
+                let rec = BarrierRecord::open(now, affected.clone());
+                if !facts
+                    .open_barrier(coupon, &rec, other.as_ref().map(|o| o.id.as_str()))
+                    .await?
+                {
+                    return Ok(self.waiting(r, &affected, "another reconciler pass is opening its wait"));
+                }
+                info!(coupon = %coupon, shards = ?affected, "shards lost or restarted; waiting for the coupon's grants on their way");
+                rec
+            }
+        };
+        let window = self.settings.send_window_ms;
+        let resend_due = rec.sent_ms.is_some_and(|sent| now - sent >= self.settings.backlog_ms);
+        if (rec.sent_ms.is_none() && now - rec.opened_ms >= window) || resend_due {
+            if let Err(e) = self
+                .ports
+                .redrive
+                .send_barriers(&Barrier::every_lane(coupon, &rec.id))
+                .await
+            {
+                warn!(coupon = %coupon, error = %e, "barriers not sent; the next pass sends them");
+                return Ok(self.waiting(
+                    r,
+                    &affected,
+                    &format!("its barriers could not be sent ({e}); sent next pass"),
+                ));
+            }
+            if !facts.barrier_sent(coupon, &rec.id, now).await? {
+                return Ok(self.waiting(r, &affected, "another reconciler pass replaced its wait"));
+            }
+            // Read again: with nothing ahead of them, the issuer may have
+            // acknowledged them already.
+            match facts.barrier(coupon).await? {
+                Some(again) if again.id == rec.id => rec = again,
+                _ => return Ok(self.waiting(r, &affected, "another reconciler pass replaced its wait")),
+            }
+        }
+        if rec.sent_ms.is_none() {
+            return Ok(self.waiting(
+                r,
+                &affected,
+                &format!("sends decided before the fault may land until {window} ms after it was found"),
+            ));
+        }
+        if !rec.passed() {
+            return Ok(self.waiting(
+                r,
+                &affected,
+                &format!(
+                    "{} of {LANES} lanes have delivered every grant sent before the fault",
+                    rec.lanes_done.min(LANES)
+                ),
+            ));
+        }
+        Ok(Gate::Passed {
+            id: rec.id,
+            shards: rec.shards,
+            closed: false,
+        })
+    }
+
+    /// Called before the first repair a passed gate allows: closes the
+    /// episode (once per pass). False if another pass closed or replaced it
+    /// meanwhile: this pass then repairs nothing.
+    pub(super) async fn enter(
+        &self,
+        def: &CouponDefinition,
+        gate: &mut Gate,
+        r: &mut CouponReport,
+    ) -> Result<bool, StoreError> {
+        let Gate::Passed { id, shards, closed } = gate else {
+            return Ok(false);
+        };
+        if *closed {
+            return Ok(true);
+        }
+        if self.ports.facts.close_barrier(&def.coupon_id, id).await? {
+            *closed = true;
+            return Ok(true);
+        }
+        let shards = shards.clone();
+        *gate = self.waiting(r, &shards, "another reconciler pass closed its wait");
+        Ok(false)
+    }
+
+    fn waiting(&self, r: &mut CouponReport, shards: &[u32], why: &str) -> Gate {
+        r.shards_waiting += shards.len() as u32;
+        r.causes.push(format!(
+            "{} shard(s) lost or restarted ({shards:?}); repaired once the coupon's grants on their way have arrived: {why}",
+            shards.len()
+        ));
+        Gate::Waiting
+    }
+}
