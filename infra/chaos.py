@@ -462,6 +462,19 @@ def scenario(name, rig, short, seed):
                         reconcilers=2 if name == "concurrent_reconcilers" else 1)
     sale.create()
     people = [f"{name}-u{i}" for i in range(users)]
+    # flush_beside_other_sales: another coupon sells at a steady rate from
+    # before the fault until after it, so the grant queue (shared by every
+    # coupon) is never quiet: a repair that waited for the whole queue would
+    # keep the flushed coupon closed while the other sale lasts.
+    beside = None
+    if name == "flush_beside_other_sales":
+        beside = Sale(f"{name}_beside", stock * 4, 2, users * 4, seed + 1)
+        beside.create()
+        beside_people = [f"{name}-b{i}" for i in range(users * 4)]
+        beside_thread = threading.Thread(target=beside.run_wave, args=(beside_people, 1, {}),
+                                         kwargs={"per_second": 40}, daemon=True)
+        beside_thread.start()
+        time.sleep(2)
 
     began = time.monotonic()
     healed = []  # when the fault ended (its last step), for recovery_ms
@@ -486,6 +499,15 @@ def scenario(name, rig, short, seed):
             redis_cli("FLUSHALL")
             note("Redis FLUSHALL (every shard, outbox and record gone)", ends_fault=True)
         hooks[0.3] = flush
+    elif name == "flush_beside_other_sales":
+        def flush_one():
+            # Only this coupon's keys, as a lost cluster node loses only its
+            # slots: the other sale keeps its state and keeps selling.
+            deleted = redis_cli("EVAL", "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do "
+                                "n = n + redis.call('DEL', k) end return n", "0", f"*cpn:{sale.coupon}:*").strip()
+            note(f"this coupon's Redis state deleted ({deleted} keys) while the other coupon sells",
+                 ends_fault=True)
+        hooks[0.3] = flush_one
     elif name == "recreate_after_loss":
         def recreate():
             redis_cli("FLUSHALL")
@@ -565,12 +587,24 @@ def scenario(name, rig, short, seed):
         time.sleep(1.2)  # past the instances' sold-out memory
         losers = [u for u in people if u not in sale.told]
         sale.run_wave(losers, 2, {})
+    if beside:
+        beside_thread.join()
+        note(f"the other coupon's sale ended ({beside.codes['SUCCESS']} SUCCESS)")
     if host:
         if host.recycle:
             note(f"{host.restarts} grab processes started fresh, one per press")
         host.close()
     figures = issuance.settle(sale.coupon)
     result = judge(sale, figures)
+    if beside:
+        beside_figures = issuance.settle(beside.coupon)
+        # The promise is judged over both sales; availability is the
+        # flushed coupon's.
+        other = judge(beside, beside_figures)
+        for key in ("winners", "issued", "oversell", "duplicates", "lost", "rejected_after_success", "unsold"):
+            result[key] += other[key]
+        result["drift"] = (result["drift"] or 0) + (other["drift"] or 0)
+        result["beside"] = other
     result.update(availability(sale.answers, healed[0] if healed else None))
     result["injected"] = injected
     # Repair requests grabs sent when they found the coupon's state gone,
@@ -582,10 +616,10 @@ def scenario(name, rig, short, seed):
 SCENARIOS = [
     "sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale",
     "recreate_after_loss", "duplicate_delivery", "concurrent_reconcilers", "poison_messages", "retry_during_lag",
-    "snapshot_restore",
+    "snapshot_restore", "flush_beside_other_sales",
 ]
 SHORT = ["sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale",
-         "retry_during_lag", "snapshot_restore"]
+         "retry_during_lag", "snapshot_restore", "flush_beside_other_sales"]
 ZERO = ["oversell", "duplicates", "lost", "rejected_after_success"]
 
 
