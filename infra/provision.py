@@ -111,8 +111,11 @@ def ensure_queue(sqs, spec, dlq_arn=None, prefix=""):
         attrs["RedrivePolicy"] = json.dumps(
             {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(spec["maxReceiveCount"])}
         )
-    # FIFO is fixed at creation (and the name must end in .fifo).
+    # FIFO is fixed at creation (and the name must end in .fifo); high
+    # throughput means quotas and deduplication per message group.
     created = {"FifoQueue": "true"} if spec.get("fifo") else {}
+    if spec.get("highThroughput"):
+        created.update({"DeduplicationScope": "messageGroup", "FifoThroughputLimit": "perMessageGroupId"})
     url = sqs.create_queue(QueueName=prefix + spec["localName"], Attributes=created)["QueueUrl"]
     sqs.set_queue_attributes(QueueUrl=url, Attributes=attrs)
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]

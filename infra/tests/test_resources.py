@@ -75,6 +75,8 @@ def test_queues_and_redrive_match():
         props = tpl[logical]["Properties"]
         assert props["MessageRetentionPeriod"] == spec["messageRetentionPeriod"], logical
         assert bool(props.get("FifoQueue")) == bool(spec.get("fifo")), logical
+        high = props.get("DeduplicationScope") == "messageGroup" and props.get("FifoThroughputLimit") == "perMessageGroupId"
+        assert high == bool(spec.get("highThroughput")), logical
         assert spec["localName"].endswith(".fifo") == bool(spec.get("fifo")), logical
         redrive = props.get("RedrivePolicy")
         if "deadLetterQueue" in spec:

@@ -43,9 +43,9 @@ pub struct App {
     pub repair_follow: std::time::Duration,
 }
 
-/// Between two passes of a repair that follows a coupon's wait: about the
-/// time the issuer takes to bring a barrier through its lane.
-const REPAIR_STEP: std::time::Duration = std::time::Duration::from_millis(500);
+/// Between two looks at a waiting coupon's barriers (one DynamoDB read);
+/// a full pass runs only once one can move the repair on.
+const REPAIR_STEP: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// One invocation: a batch from the repair queue (an SQS event) repairs
 /// the coupons it names; anything else is the schedule (its payload is not
@@ -54,12 +54,13 @@ pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error
     if let Some(coupons) = repair_requests(&event.payload) {
         // The whole batch succeeds or fails together: a failed pass is
         // retried by SQS. A coupon whose repair waits for its grants on
-        // their way is passed over again every step while the wait lasts
-        // (its barriers are sent the pass after the send window, and come
-        // through in about the issuer's latency), so the sale reopens
-        // within a second of them, not at the next request; past
-        // `repair_follow`, the grabs that keep finding it gone ask again
-        // (or the schedule heals it if nobody presses).
+        // their way is followed while the wait lasts: its barriers are
+        // looked at every step (one read), and a pass runs as soon as one
+        // can move the repair on (send them once the send window is over,
+        // repair once they are through), so the sale reopens within a step
+        // of them, not at the next request; past `repair_follow`, the
+        // grabs that keep finding it gone ask again (or the schedule heals
+        // it if nobody presses).
         let deadline = tokio::time::Instant::now() + app.repair_follow;
         let mut report = app.reconciler.repair(&coupons).await?;
         loop {
@@ -73,7 +74,16 @@ pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error
                 break;
             }
             tokio::time::sleep(REPAIR_STEP).await;
-            let again = app.reconciler.repair(&waiting).await?;
+            let mut due = Vec::new();
+            for coupon in waiting {
+                if app.reconciler.repair_due(&coupon).await? {
+                    due.push(coupon);
+                }
+            }
+            if due.is_empty() {
+                continue;
+            }
+            let again = app.reconciler.repair(&due).await?;
             for figures in again.coupons {
                 match report.coupons.iter_mut().find(|c| c.coupon_id == figures.coupon_id) {
                     Some(slot) => *slot = figures,

@@ -99,19 +99,22 @@ impl SqsRedrive {
 
 #[async_trait]
 impl coupon_domain::reconcile::ports::Redrive for SqsRedrive {
-    async fn redrive(&self, grants: &[Grant]) -> Result<usize, PublishError> {
+    async fn redrive(&self, grants: &[Grant], within_ms: u64) -> Result<usize, PublishError> {
         let mut messages = Vec::with_capacity(grants.len());
         for grant in grants {
             let body = serde_json::to_string(grant).map_err(|e| PublishError(Box::new(e)))?;
             messages.push((group_of(grant), grant.grant_id.clone(), body));
         }
-        self.send_batches(messages).await
+        match tokio::time::timeout(std::time::Duration::from_millis(within_ms), self.send_batches(messages)).await {
+            Ok(sent) => sent,
+            Err(elapsed) => Err(PublishError(Box::new(elapsed))),
+        }
     }
 
     async fn send_barriers(&self, barriers: &[Barrier]) -> Result<(), PublishError> {
         let messages: Vec<(String, String, String)> = barriers
             .iter()
-            .map(|b| (b.group(), format!("barrier-{}-{}", b.barrier_id, b.lane), b.to_body()))
+            .map(|b| (b.group(), b.dedup_id(), b.to_body()))
             .collect();
         let want = messages.len();
         let sent = self.send_batches(messages).await?;

@@ -37,7 +37,8 @@ use crate::ids::CouponId;
 /// barrier covers (drain the grant queue before deploying such a change).
 /// SQS FIFO accepts about 300 sends per second per message group without
 /// batching, so one coupon can be sold at about `300 * LANES` grants per
-/// second.
+/// second (the issuer's concurrency, `IssuerMaxConcurrency`, bounds how fast
+/// they are consumed).
 pub const LANES: u32 = 32;
 
 /// The lane of a grant: stable for a grant id, so a re-drive travels in the
@@ -74,6 +75,12 @@ impl Barrier {
     /// The message group it travels in.
     pub fn group(&self) -> String {
         group(&self.coupon_id, self.lane)
+    }
+
+    /// Its SQS deduplication id: unique per coupon, episode and lane (a
+    /// resend after SQS's five minutes is a new message).
+    pub fn dedup_id(&self) -> String {
+        format!("barrier-{}-{}-{}", self.coupon_id, self.barrier_id, self.lane)
     }
 
     /// The message body: `{"barrier": {...}}`, which no grant parses as.
@@ -147,10 +154,15 @@ impl ClassifyName for serde_json::Error {
 /// The durable state of one wait for a coupon's grants on their way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BarrierRecord {
-    /// Unique per coupon: the time it was opened, in ms.
+    /// Unique per coupon (not across coupons: the time it was opened, in
+    /// ms), so a barrier's deduplication id names its coupon too.
     pub id: String,
     /// When a pass first found the shards it covers lost or restarted.
     pub opened_ms: i64,
+    /// When its barriers may be sent: `opened_ms` plus the send window of
+    /// the reconciler that opened it, recorded so that any other pass (an
+    /// operator's on-demand reconcile with other settings) keeps to it.
+    pub send_after_ms: i64,
     /// The shards it covers: a shard lost later needs an episode of its own
     /// (its grants may have been sent after this one's barriers).
     pub shards: Vec<u32>,
@@ -161,11 +173,13 @@ pub struct BarrierRecord {
 }
 
 impl BarrierRecord {
-    /// A new episode over `shards`, opened now.
-    pub fn open(now_ms: i64, shards: Vec<u32>) -> Self {
+    /// A new episode over `shards`, opened now, whose barriers wait
+    /// `send_window_ms`.
+    pub fn open(now_ms: i64, send_window_ms: i64, shards: Vec<u32>) -> Self {
         Self {
             id: now_ms.to_string(),
             opened_ms: now_ms,
+            send_after_ms: now_ms.saturating_add(send_window_ms),
             shards,
             sent_ms: None,
             lanes_done: 0,
@@ -227,7 +241,8 @@ mod tests {
 
     #[test]
     fn an_episode_passes_only_once_sent_and_acknowledged_by_every_lane() {
-        let mut rec = BarrierRecord::open(1_000, vec![0, 2]);
+        let mut rec = BarrierRecord::open(1_000, 3_000, vec![0, 2]);
+        assert_eq!(rec.send_after_ms, 4_000);
         assert!(rec.covers(&[2]) && rec.covers(&[0, 2]) && !rec.covers(&[1]));
         rec.lanes_done = LANES;
         assert!(!rec.passed(), "never sent");

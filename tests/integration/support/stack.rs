@@ -83,6 +83,14 @@ impl Stack {
             .create_queue()
             .queue_name(format!("{}.fifo", unique("grants")))
             .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+            .attributes(
+                aws_sdk_sqs::types::QueueAttributeName::DeduplicationScope,
+                "messageGroup",
+            )
+            .attributes(
+                aws_sdk_sqs::types::QueueAttributeName::FifoThroughputLimit,
+                "perMessageGroupId",
+            )
             .send()
             .await
             .expect("create queue")

@@ -208,6 +208,7 @@ impl DurableFacts for DynamoFacts {
         Ok(Some(BarrierRecord {
             id,
             opened_ms: get_n(&item, "opened_ms").ok_or_else(|| malformed("barrier", "no opened_ms"))?,
+            send_after_ms: get_n(&item, "send_after_ms").ok_or_else(|| malformed("barrier", "no send_after_ms"))?,
             shards: numbers("shards"),
             sent_ms: get_n(&item, "sent_ms"),
             lanes_done: numbers("lanes").len() as u32,
@@ -228,7 +229,8 @@ impl DurableFacts for DynamoFacts {
             .item("pk", s(coupon_pk(coupon)))
             .item("sk", s(keys::BARRIER))
             .item("barrier_id", s(&record.id))
-            .item("opened_ms", n(record.opened_ms));
+            .item("opened_ms", n(record.opened_ms))
+            .item("send_after_ms", n(record.send_after_ms));
         if !record.shards.is_empty() {
             put = put.item(
                 "shards",

@@ -14,7 +14,7 @@
 //! | coupons | `COUPON#<id>` | `AUDIT#<ms>#<operation>` | an admin change: who, what, when |
 //! | coupons | `COUPON#<id>` | `OP#<key>` | an idempotency key an admin change claimed |
 //! | coupons | `COUPON#<id>` | `REPORT` | the latest on-demand reconciliation report |
-//! | coupons | `COUPON#<id>` | `BARRIER` | the reconciler's wait for the coupon's grants on their way: `barrier_id`, `opened_ms`, `shards`, `sent_ms`, `lanes` (the lanes that acknowledged) |
+//! | coupons | `COUPON#<id>` | `BARRIER` | the reconciler's wait for the coupon's grants on their way: `barrier_id`, `opened_ms`, `send_after_ms`, `shards`, `sent_ms`, `lanes` (the lanes that acknowledged) |
 //! | coupons | `BLACKLIST#<user>` | `ENTRY` / `AUDIT#<ms>#<operation>` | the durable blacklist and its log |
 //! | user coupons | `USER#<user>` | `COUPON#<id>#<ordinal>` | a coupon in a wallet: `UNUSED`, `USED` (`order_id`, `used_at_ms`) or `REVOKED` (who, when); `returned_by` lists orders that gave it back, `returned_at_ms` the last return; its change stream feeds the notifier |
 //!

@@ -93,10 +93,11 @@ pub struct ReconcileSettings {
     /// The longest a send of a grant decided before Redis lost or rolled
     /// back a shard may still land in the grant queue after it: the grab's
     /// send budget (`GRANT_SEND_BUDGET_MS`, 2 s from the decision by default,
-    /// enforced whatever `SQS_TIMEOUT_MS` is), with margin for clock skew. A restarted shard is checked against its durable mark,
-    /// and a lost or dropped one rebuilt, only this long after a pass first
-    /// found it so, and once the queue is empty. (The reconciler's own
-    /// re-drive checks each shard just before it sends.)
+    /// enforced whatever `SQS_TIMEOUT_MS` is), with margin for clock skew.
+    /// The coupon's barriers (`wait.rs`) are sent only this long after a
+    /// pass first found its shards lost or restarted, so they follow every
+    /// such send in its lane. (The reconciler's own re-drive checks each
+    /// shard just before it sends.)
     pub send_window_ms: i64,
 }
 
@@ -395,7 +396,9 @@ impl Reconciler {
         r.issued = self.ports.facts.issued(coupon).await?;
         self.keep_unreplicated(def, &mut to_redrive, &mut r, now).await;
         if !to_redrive.is_empty() {
-            match self.ports.redrive.redrive(&to_redrive).await {
+            // Within the grab's budget of a send, from the check just made.
+            let within = (self.settings.send_window_ms - 1_000).max(2_000) as u64;
+            match self.ports.redrive.redrive(&to_redrive, within).await {
                 Ok(n) => r.redriven = n as u64,
                 Err(e) => r.causes.push(format!("re-drive failed, retried next run: {e}")),
             }
@@ -483,6 +486,7 @@ impl Reconciler {
                     ));
                 }
                 Verification::Confirmed => {
+                    gate.release(shard);
                     info!(
                         shard,
                         high_water = mark,

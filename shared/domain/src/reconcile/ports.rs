@@ -173,7 +173,10 @@ pub trait StockRepair: Send + Sync {
 #[async_trait]
 pub trait Redrive: Send + Sync {
     /// Sends grants to the issuer again; returns how many were queued.
-    async fn redrive(&self, grants: &[Grant]) -> Result<usize, PublishError>;
+    /// Given up (an error) `within_ms` after the call, as a grab's send is:
+    /// their shards were checked just before, and a send that could land
+    /// later might land after barriers sent for a loss since.
+    async fn redrive(&self, grants: &[Grant], within_ms: u64) -> Result<usize, PublishError>;
     /// Sends each barrier into its lane, after everything already sent
     /// there.
     async fn send_barriers(&self, barriers: &[Barrier]) -> Result<(), PublishError>;

@@ -376,7 +376,7 @@ async fn a_shard_lost_during_a_wait_gets_a_wait_of_its_own() {
 async fn a_wait_is_closed_once_its_shards_are_whole_and_never_vouches_for_a_later_loss() {
     let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
     let def = coupon(10, 1);
-    let mut stale = crate::barrier::BarrierRecord::open(NOW - 60_000, vec![0]);
+    let mut stale = crate::barrier::BarrierRecord::open(NOW - 60_000, SEND_WINDOW, vec![0]);
     stale.sent_ms = Some(NOW - 50_000);
     stale.lanes_done = crate::barrier::LANES;
     w.facts.barriers.lock().unwrap().insert(def.coupon_id.clone(), stale);
@@ -815,4 +815,19 @@ async fn a_rebuild_waits_for_an_index_that_lags_behind_the_counters() {
         ],
         "each holder's winning request answers its grant again"
     );
+}
+
+/// A run reads the clock once and may reach a coupon seconds later: a wait
+/// dated from the run's start would date the fault before it happened, and
+/// send its barriers before a grab's send decided just before the fault.
+#[tokio::test]
+async fn a_wait_is_dated_when_the_pass_reaches_the_coupon_not_when_the_run_began() {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(10, 1);
+
+    let r = w.reconciler.coupon(&def, NOW - 4_000).await.unwrap();
+
+    assert_eq!(r.shards_waiting, 1);
+    let rec = w.facts.barriers.lock().unwrap()[&def.coupon_id].clone();
+    assert_eq!((rec.opened_ms, rec.send_after_ms, rec.sent_ms), (NOW, NOW + SEND_WINDOW, None));
 }

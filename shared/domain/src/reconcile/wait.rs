@@ -28,6 +28,7 @@ use tracing::{info, warn};
 use crate::barrier::{Barrier, BarrierRecord, LANES};
 use crate::coupon::CouponDefinition;
 use crate::error::StoreError;
+use crate::ids::CouponId;
 
 use super::ports::Verification;
 use super::{CouponReport, Reconciler};
@@ -57,6 +58,15 @@ impl Gate {
     /// True if `shard` may be repaired this pass.
     pub(super) fn lets(&self, shard: u32) -> bool {
         matches!(self, Self::Passed { shards, .. } if shards.contains(&shard))
+    }
+
+    /// `shard` sells again (confirmed by its check): should it be lost
+    /// later in this pass, its new grants may be on their way, and no
+    /// barrier of this episode follows them.
+    pub(super) fn release(&mut self, shard: u32) {
+        if let Self::Passed { shards, .. } = self {
+            shards.retain(|&s| s != shard);
+        }
     }
 }
 
@@ -90,7 +100,11 @@ impl Reconciler {
         let mut rec = match current {
             Some(rec) if rec.covers(&affected) => rec,
             other => {
-                let rec = BarrierRecord::open(now, affected.clone());
+                // Opened at the time now, not when the pass began (a run
+                // that reached this coupon late must not date the fault
+                // before it happened).
+                let opened = now.max(self.ports.clock.now_ms());
+                let rec = BarrierRecord::open(opened, self.settings.send_window_ms, affected.clone());
                 if !facts
                     .open_barrier(coupon, &rec, other.as_ref().map(|o| o.id.as_str()))
                     .await?
@@ -101,9 +115,8 @@ impl Reconciler {
                 rec
             }
         };
-        let window = self.settings.send_window_ms;
-        let resend_due = rec.sent_ms.is_some_and(|sent| now - sent >= self.settings.backlog_ms);
-        if (rec.sent_ms.is_none() && now - rec.opened_ms >= window) || resend_due {
+        let now = now.max(self.ports.clock.now_ms());
+        if self.barriers_due(&rec, now) {
             if let Err(e) = self
                 .ports
                 .redrive
@@ -131,7 +144,10 @@ impl Reconciler {
             return Ok(self.waiting(
                 r,
                 &affected,
-                &format!("sends decided before the fault may land until {window} ms after it was found"),
+                &format!(
+                    "sends decided before the fault may land until {} ms after it was found",
+                    rec.send_after_ms - rec.opened_ms
+                ),
             ));
         }
         if !rec.passed() {
@@ -173,6 +189,28 @@ impl Reconciler {
         let shards = shards.clone();
         *gate = self.waiting(r, &shards, "another reconciler pass closed its wait");
         Ok(false)
+    }
+
+    /// True if a pass over `rec`'s coupon has something to do now: send
+    /// its barriers (the send window is over, or their last sending is a
+    /// backlog horizon old: a barrier that went to the dead-letter queue
+    /// never comes back), or repair once they all came through.
+    pub(super) fn barriers_due(&self, rec: &BarrierRecord, now: i64) -> bool {
+        match rec.sent_ms {
+            None => now >= rec.send_after_ms,
+            Some(sent) => now - sent >= self.settings.backlog_ms,
+        }
+    }
+
+    /// Whether a pass over `coupon` could move its repair on now; false
+    /// only while it waits for barriers still on their way or for the send
+    /// window (one read, for callers that follow a wait closely).
+    pub async fn repair_due(&self, coupon: &CouponId) -> Result<bool, StoreError> {
+        let now = self.ports.clock.now_ms();
+        Ok(match self.ports.facts.barrier(coupon).await? {
+            None => true,
+            Some(rec) => rec.passed() || self.barriers_due(&rec, now),
+        })
     }
 
     fn waiting(&self, r: &mut CouponReport, shards: &[u32], why: &str) -> Gate {

@@ -445,7 +445,7 @@ impl FakeRedrive {
 
 #[async_trait]
 impl Redrive for FakeRedrive {
-    async fn redrive(&self, grants: &[Grant]) -> Result<usize, PublishError> {
+    async fn redrive(&self, grants: &[Grant], _within_ms: u64) -> Result<usize, PublishError> {
         self.sent.lock().unwrap().extend_from_slice(grants);
         Ok(grants.len())
     }
