@@ -473,7 +473,7 @@ def scenario(name, rig, short, seed):
         beside.create()
         beside_people = [f"{name}-b{i}" for i in range(users)]
         beside_thread = threading.Thread(target=beside.run_wave, args=(beside_people, 1, {}),
-                                         kwargs={"per_second": 6}, daemon=True)
+                                         kwargs={"per_second": 3}, daemon=True)
         beside_thread.start()
         time.sleep(2)
 

@@ -444,6 +444,67 @@ async fn a_cold_instance_answers_busy_for_a_coupon_redis_lost_and_its_repair_req
     assert_eq!((unknown.status, unknown.code()), (404, "COUPON_NOT_FOUND"));
 }
 
+/// A repair request's invocation follows the coupon's wait: it sends the
+/// barriers, watches them come through while the issuer runs beside it,
+/// and rebuilds in the same invocation, so the sale reopens without
+/// waiting for the next request.
+#[tokio::test]
+async fn one_repair_invocation_follows_the_wait_until_the_coupon_is_rebuilt() {
+    let h = Harness::with(Options::without_ip_limit()).await;
+    let mut def = h.coupon(10);
+    def.shards = 2;
+    let coupon = h.create(&def).await;
+    for i in 0..3 {
+        assert_eq!(h.grab(&coupon, &format!("early-{i}"), "a").await.code(), "SUCCESS");
+    }
+    h.flush_redis().await;
+
+    let app = reconciler::App {
+        reconciler: h.reconciler_to(&h.queue_url),
+        elasticache: None,
+        repair_follow: std::time::Duration::from_secs(20),
+    };
+    let event = lambda_runtime::LambdaEvent::new(
+        serde_json::json!({ "Records": [{
+            "messageId": "m1",
+            "body": coupon_adapters::sqs::repair_message(&coupon),
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:repairs.fifo",
+        }]}),
+        lambda_runtime::Context::default(),
+    );
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let issuer = async {
+        // The issuer's event source, beside the reconciler: the three
+        // grants, then the barriers behind them.
+        let mut delivered = 0;
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            delivered += h.pump().await;
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        delivered
+    };
+    let repair = async {
+        let report = reconciler::handle(&app, event).await.expect("repair pass");
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        report
+    };
+    let started = std::time::Instant::now();
+    let (report, delivered) = tokio::join!(repair, issuer);
+    let figures = &report["coupons"][0];
+    assert_eq!(
+        (figures["shardsRebuilt"].as_u64(), figures["shardsWaiting"].as_u64()),
+        (Some(2), Some(0)),
+        "{report}"
+    );
+    assert_eq!(delivered, 3 + coupon_domain::barrier::LANES as usize);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "followed to the end"
+    );
+    assert_eq!(h.grab(&coupon, "late-0", "a").await.code(), "SUCCESS");
+}
+
 #[tokio::test]
 async fn two_reconcilers_rebuilding_at_once_restore_the_stock_once() {
     let h = Harness::new().await;

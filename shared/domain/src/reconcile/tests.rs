@@ -829,5 +829,8 @@ async fn a_wait_is_dated_when_the_pass_reaches_the_coupon_not_when_the_run_began
 
     assert_eq!(r.shards_waiting, 1);
     let rec = w.facts.barriers.lock().unwrap()[&def.coupon_id].clone();
-    assert_eq!((rec.opened_ms, rec.send_after_ms, rec.sent_ms), (NOW, NOW + SEND_WINDOW, None));
+    assert_eq!(
+        (rec.opened_ms, rec.send_after_ms, rec.sent_ms),
+        (NOW, NOW + SEND_WINDOW, None)
+    );
 }
