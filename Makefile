@@ -71,7 +71,7 @@ test-infra:
 	@$(ENV) SAM_CLI_TELEMETRY=0 sam validate --lint --region us-east-1 -t template.yaml >/dev/null
 	@$(ENV) python -m pytest -q infra/tests
 
-test-chaos: stack build ## The short pass of make chaos (seven faults, small sales) on every engine
+test-chaos: stack build ## The short pass of make chaos (eight faults, small sales) on every engine
 	@$(ENV) python infra/chaos.py --short --engines $(ENGINE_LIST)
 
 test-contract: stack build ## The served functions against docs/openapi.yaml (schemathesis)

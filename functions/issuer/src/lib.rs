@@ -6,7 +6,8 @@
 //! barriers beside grants. Grants of a batch are issued concurrently. Each one that fails is named
 //! in `batchItemFailures`, so SQS re-delivers exactly those and never the
 //! ones that succeeded; a poison message keeps failing until
-//! `maxReceiveCount` moves it to the dead-letter queue. A record without a
+//! `maxReceiveCount` moves it to the dead-letter queue (holding the rest
+//! of its lane, its message group, meanwhile). A record without a
 //! message id fails the whole batch: the response could not name it, and
 //! acknowledging it by omission would lose it.
 //!

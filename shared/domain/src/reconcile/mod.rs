@@ -205,9 +205,9 @@ impl Reconciler {
     /// finds a coupon's Redis state gone (the repair queue), so the sale
     /// heals in seconds instead of at the next scheduled pass. Coupons that
     /// do not exist (or whose window is long over) are skipped; the rest are
-    /// reconciled exactly as [`Self::run`] does it. A coupon whose rebuild
-    /// still waits for the grant queue reports `shards_waiting` > 0, and the
-    /// caller asks again later.
+    /// reconciled exactly as [`Self::run`] does it. A coupon whose repair
+    /// still waits for its grants on their way reports `shards_waiting` >
+    /// 0; the caller follows it ([`Self::repair_due`]) or asks again later.
     #[instrument(skip_all, fields(coupons = coupons.len()))]
     pub async fn repair(&self, coupons: &[CouponId]) -> Result<ReconcileReport, StoreError> {
         let now = self.ports.clock.now_ms();

@@ -19,7 +19,10 @@
 //!    episode never outlives a repair to vouch for a later fault; a pass
 //!    that dies in between leaves the shards missing, and the next opens a
 //!    new wait), and leaves it open if the repair must wait for something
-//!    else (the next pass finds it passed). A shard found lost or
+//!    else (the next pass finds it passed), unless the pass already
+//!    checked a restarted shard, which closed it: a rebuild of a shard
+//!    that check dropped, waiting for something else, then waits for a new
+//!    episode (later, never wrong). A shard found lost or
 //!    restarted later needs an episode of its own, since its grants may
 //!    have been sent after these barriers.
 
