@@ -74,16 +74,29 @@ pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error
                 break;
             }
             tokio::time::sleep(REPAIR_STEP).await;
+            // The requests' first pass is done: a failure while following
+            // (Redis or DynamoDB failing meanwhile) ends the follow, and the
+            // grabs' next requests, or the schedule, carry the repair on.
             let mut due = Vec::new();
             for coupon in waiting {
-                if app.reconciler.repair_due(&coupon).await? {
-                    due.push(coupon);
+                match app.reconciler.repair_due(&coupon).await {
+                    Ok(true) => due.push(coupon),
+                    Ok(false) => {}
+                    Err(e) => {
+                        warn!(coupon = %coupon, error = %e, "repair not followed further");
+                    }
                 }
             }
             if due.is_empty() {
                 continue;
             }
-            let again = app.reconciler.repair(&due).await?;
+            let again = match app.reconciler.repair(&due).await {
+                Ok(again) => again,
+                Err(e) => {
+                    warn!(error = %e, source = ?std::error::Error::source(&e), "repair not followed further");
+                    break;
+                }
+            };
             for figures in again.coupons {
                 match report.coupons.iter_mut().find(|c| c.coupon_id == figures.coupon_id) {
                     Some(slot) => *slot = figures,
