@@ -356,6 +356,17 @@ pub(crate) async fn flush_mid_sale(opts: Options) {
     );
 }
 
+/// A coupon of 10 units on 2 shards, 3 of them won (`early-0..2`).
+async fn two_shards_with_three_winners(h: &Harness) -> CouponId {
+    let mut def = h.coupon(10);
+    def.shards = 2;
+    let coupon = h.create(&def).await;
+    for i in 0..3 {
+        assert_eq!(h.grab(&coupon, &format!("early-{i}"), "a").await.code(), "SUCCESS");
+    }
+    coupon
+}
+
 /// Redis loses everything; a grab instance that never saw the coupon (a
 /// cold start) must not answer 404 for a coupon that exists: it asks the
 /// catalogue, answers BUSY, and asks the reconciler (through the repair
@@ -363,12 +374,7 @@ pub(crate) async fn flush_mid_sale(opts: Options) {
 #[tokio::test]
 async fn a_cold_instance_answers_busy_for_a_coupon_redis_lost_and_its_repair_request_heals_the_sale() {
     let h = Harness::with(Options::without_ip_limit()).await;
-    let mut def = h.coupon(10);
-    def.shards = 2;
-    let coupon = h.create(&def).await;
-    for i in 0..3 {
-        assert_eq!(h.grab(&coupon, &format!("early-{i}"), "a").await.code(), "SUCCESS");
-    }
+    let coupon = two_shards_with_three_winners(&h).await;
     h.pump().await;
     h.flush_redis().await;
 
@@ -451,12 +457,7 @@ async fn a_cold_instance_answers_busy_for_a_coupon_redis_lost_and_its_repair_req
 #[tokio::test]
 async fn one_repair_invocation_follows_the_wait_until_the_coupon_is_rebuilt() {
     let h = Harness::with(Options::without_ip_limit()).await;
-    let mut def = h.coupon(10);
-    def.shards = 2;
-    let coupon = h.create(&def).await;
-    for i in 0..3 {
-        assert_eq!(h.grab(&coupon, &format!("early-{i}"), "a").await.code(), "SUCCESS");
-    }
+    let coupon = two_shards_with_three_winners(&h).await;
     h.flush_redis().await;
 
     let app = reconciler::App {

@@ -218,18 +218,7 @@ impl IssueLedger for DynamoIssueLedger {
             .expression_attribute_values(":s", n(seq))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-            {
-                Ok(())
-            }
-            Err(e) => {
-                let throttled = e.code().is_some_and(is_throttle);
-                Err(classify(Box::new(e), throttled))
-            }
-        }
+        condition_met_or_moot(result)
     }
 
     /// `ADD lanes :lane` on the coupon's `BARRIER` item, only while it is
@@ -249,17 +238,24 @@ impl IssueLedger for DynamoIssueLedger {
             .expression_attribute_values(":id", s(&barrier.barrier_id))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-            {
-                Ok(())
-            }
-            Err(e) => {
-                let throttled = e.code().is_some_and(is_throttle);
-                Err(classify(Box::new(e), throttled))
-            }
+        condition_met_or_moot(result)
+    }
+}
+
+/// An update whose condition only guards against doing it again (a mark
+/// already as high, a wait already closed): a failed condition is a
+/// success, anything else an error classified for the retry.
+fn condition_met_or_moot<T>(
+    result: Result<T, SdkError<UpdateItemError, aws_sdk_dynamodb::config::http::HttpResponse>>,
+) -> Result<(), IssueError> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(SdkError::ServiceError(e)) if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) => {
+            Ok(())
+        }
+        Err(e) => {
+            let throttled = e.code().is_some_and(is_throttle);
+            Err(classify(Box::new(e), throttled))
         }
     }
 }
