@@ -14,7 +14,7 @@ empty :=
 space := $(empty) $(empty)
 ENGINE_LIST := $(subst $(space),$(comma),$(strip $(REDIS_ENGINES)))
 
-.PHONY: help setup stack build up demo chaos pump down test test-rust test-engines test-infra test-contract test-chaos bench lint fmt coupon
+.PHONY: help setup stack build up demo chaos pump down test test-rust test-engines test-localstack test-infra test-contract test-chaos bench lint fmt coupon
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -22,7 +22,7 @@ help: ## List the targets
 setup: ## Install redis-server, valkey-server and the Python tools (.venv) if missing
 	@bash infra/setup.sh
 
-stack: setup ## Start redis-server and moto server, provision queues and tables
+stack: setup ## Start Redis, moto server (and LocalStack with LOCAL_AWS=localstack), provision queues and tables
 	@bash infra/start.sh
 
 coupon: stack build ## Create (preheat) the demo coupon from infra/demo-coupon.json
@@ -51,7 +51,7 @@ pump: ## Local SQS event source mapping + reconciler schedule (with make up)
 down: ## Stop what `make stack` started
 	@bash infra/stop.sh
 
-test: stack lint test-rust test-engines test-infra test-contract test-chaos ## Everything CI runs: lint, Rust tests (on every engine), infra checks, API contract, a short fault pass
+test: stack lint test-rust test-engines test-localstack test-infra test-contract test-chaos ## Everything CI runs: lint, Rust tests (on every engine and on LocalStack), infra checks, API contract, a short fault pass
 
 test-rust:
 	@$(ENV) cargo test --workspace --all-targets
@@ -63,6 +63,15 @@ test-engines: ## The integration tests again on every other engine of REDIS_ENGI
 	  REDIS_ENGINE=$$e bash infra/start.sh >/dev/null || exit 1; \
 	  (export REDIS_ENGINE=$$e; $(ENV) cargo test --workspace --test integration) || exit 1; \
 	done
+
+test-localstack: ## The integration tests once more with SQS and EventBridge on LocalStack (DynamoDB stays on moto)
+	@if [ -z "$$($(ENV) localstack_python)" ] && [ -z "$${LOCALSTACK_REQUIRED:-}" ]; then \
+	  echo "== skipped: the integration tests on LocalStack need Python 3.13 or newer (none found; LOCALSTACK_PYTHON names one)"; \
+	  exit 0; \
+	fi; \
+	echo "== the integration tests on LocalStack (SQS, EventBridge) and moto (DynamoDB)"; \
+	export LOCAL_AWS=localstack; \
+	bash infra/setup.sh && bash infra/start.sh >/dev/null && $(ENV) cargo test --workspace --test integration
 
 test-infra:
 	@$(ENV) cfn-lint template.yaml

@@ -33,6 +33,8 @@ for _ in $(seq 1 100); do
   fi
   sleep 0.2
 done
+# Every service on the benchmark's own moto (none on LOCAL_AWS's endpoints).
+unset AWS_ENDPOINT_URL_SQS AWS_ENDPOINT_URL_EVENTBRIDGE
 export AWS_ENDPOINT_URL="http://127.0.0.1:$BENCH_AWS_PORT"
 "$VENV/bin/python" infra/provision.py --env-file "$state/stack.env" >/dev/null
 set -a; . "$state/stack.env"; set +a

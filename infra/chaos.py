@@ -117,7 +117,8 @@ def serve(extra):
     """The functions under cargo lambda watch (as `make up` serves them)."""
     refuse_if_taken(PORT)
     log = open(ROOT / ".local" / "chaos-watch.log", "w")
-    env = dict(os.environ, LAMBDA_PORT=str(PORT), REDIS_URL=extra["REDIS_URL"])
+    env = dict(os.environ, LAMBDA_PORT=str(PORT), REDIS_URL=extra["REDIS_URL"],
+               AWS_ENDPOINT_URL_SQS=extra["AWS_ENDPOINT_URL_SQS"])
     flags = [arg for k, v in extra.items() if k != "REDIS_URL" for arg in ("--env-var", f"{k}={v}")]
     proc = subprocess.Popen(
         ["bash", str(ROOT / "infra" / "serve.sh"), "--ignore-changes", *flags],
@@ -699,7 +700,7 @@ def main():
     except (ValueError, RuntimeError) as e:
         sys.exit(str(e))
     (ROOT / ".local").mkdir(exist_ok=True)
-    sqs = SqsFaults(os.environ["AWS_ENDPOINT_URL"])
+    sqs = SqsFaults(os.environ.get("AWS_ENDPOINT_URL_SQS") or os.environ["AWS_ENDPOINT_URL"])
     report = {"engines": {}}
     for engine in engines:
         report["engines"][engine.label()] = {"scenarios": run_engine(engine, names, args, sqs)}

@@ -182,13 +182,20 @@ def refuse_if_taken(name, number):
     sys.exit(f"{name}={number} is in use by a process this run did not start; stop it or choose another port")
 
 
+def on_own_endpoint(endpoint, **extra):
+    """The environment for this run's own moto: every service there, none
+    on the stack's per-service endpoints (LOCAL_AWS=localstack sets them)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT_URL_")}
+    return dict(env, LOCAL_AWS="moto", AWS_ENDPOINT_URL=endpoint, **extra)
+
+
 def provision(endpoint):
     env_file = ROOT / ".local" / "contract.env"
     subprocess.run(
         [sys.executable, str(ROOT / "infra" / "provision.py"), "--env-file", str(env_file)],
         check=True,
         stdout=subprocess.DEVNULL,
-        env=dict(os.environ, AWS_ENDPOINT_URL=endpoint),
+        env=on_own_endpoint(endpoint),
     )
     return env_file
 
@@ -199,12 +206,11 @@ def serve(endpoint, env_file):
     # One instance per function, started by the warm-up below: the emulator
     # starts further instances on demand with `cargo run`, and a request that
     # lands on one still starting can time out there (a 500 of its own).
-    env = dict(
-        os.environ,
+    env = on_own_endpoint(
+        endpoint,
         LAMBDA_PORT=str(PORT),
         LAMBDA_CONCURRENCY="1",
         STACK_ENV=str(env_file),
-        AWS_ENDPOINT_URL=endpoint,
     )
     proc = subprocess.Popen(
         # No reloads: files written during the run must not restart functions.

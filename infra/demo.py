@@ -39,13 +39,11 @@ import sys
 import threading
 import time
 
-import boto3
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import pump as pumpmod  # noqa: E402
 import report as reportmod  # noqa: E402
 from ledger import holders, ledger  # noqa: E402
-from localenv import port  # noqa: E402
+from localenv import aws, port  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HOST, PORT = "127.0.0.1", port("LAMBDA_PORT")
@@ -217,7 +215,7 @@ def notifications(coupon_id):
     demo's tap rule takes them all) by its stable id, with repeats dropped
     as a consumer must, and the winners' events the push service's rule
     delivered."""
-    sqs = boto3.client("sqs", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name=os.environ.get("AWS_REGION", "us-east-1"))
+    sqs = aws("sqs")
 
     def read(url):
         bodies = []

@@ -45,9 +45,47 @@ export REDIS_ENGINE REDIS_SERVER REDIS_CLI
 : "${AWS_SECRET_ACCESS_KEY:=test}"
 : "${VENV:=${_root}/.venv}"
 export REDIS_PORT AWS_PORT LAMBDA_PORT CONTRACT_LAMBDA_PORT CONTRACT_AWS_PORT CHAOS_LAMBDA_PORT BENCH_REDIS_PORT BENCH_AWS_PORT REDIS_URL REDIS_CLUSTER_PORTS REDIS_CLUSTER_URL AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY VENV
-# Queue URLs and table names as the endpoint reported them at provisioning.
+# The local AWS endpoint: `moto` (moto server for every service) or
+# `localstack` (LocalStack for SQS and EventBridge, moto for DynamoDB and its
+# streams: LocalStack's DynamoDB is DynamoDB Local, a Java jar it downloads
+# at run time under the vendor's own licence). The SDKs (Rust and boto3)
+# take a service's own endpoint from AWS_ENDPOINT_URL_<SERVICE> before
+# AWS_ENDPOINT_URL, so one setting moves SQS and EventBridge and nothing else.
+: "${LOCAL_AWS:=moto}"
+: "${LOCALSTACK_PORT:=4570}"
+: "${LOCALSTACK_VENV:=${_root}/.venv-localstack}"
+case "$LOCAL_AWS" in
+  moto) _stack_env=stack.env ;;
+  localstack)
+    : "${AWS_ENDPOINT_URL_SQS:=http://127.0.0.1:${LOCALSTACK_PORT}}"
+    : "${AWS_ENDPOINT_URL_EVENTBRIDGE:=http://127.0.0.1:${LOCALSTACK_PORT}}"
+    export AWS_ENDPOINT_URL_SQS AWS_ENDPOINT_URL_EVENTBRIDGE
+    _stack_env=stack-localstack.env ;;
+  *)
+    echo "LOCAL_AWS=$LOCAL_AWS: expected moto or localstack" >&2
+    return 1 2>/dev/null || exit 1 ;;
+esac
+export LOCAL_AWS LOCALSTACK_PORT LOCALSTACK_VENV
+
+# A Python >= 3.13 for LocalStack (4.14 installs on 3.12 but its SQS
+# provider imports `warnings.deprecated`, new in 3.13): LOCALSTACK_PYTHON,
+# else the first python3.14/python3.13 on PATH or under pyenv. Prints its
+# path, or nothing.
+localstack_python() {
+  local p
+  for p in ${LOCALSTACK_PYTHON:-} python3.14 python3.13 "$HOME"/.pyenv/versions/3.1[3-9]*/bin/python; do
+    command -v "$p" >/dev/null 2>&1 || continue
+    if "$p" -c 'import sys; sys.exit(sys.version_info < (3, 13))' 2>/dev/null; then
+      command -v "$p"
+      return 0
+    fi
+  done
+}
+
+# Queue URLs and table names as the endpoint reported them at provisioning
+# (a file per LOCAL_AWS: the two stacks' queues have different URLs).
 # STACK_ENV picks another set (the contract test provisions its own).
-: "${STACK_ENV:=${_root}/.local/stack.env}"
+: "${STACK_ENV:=${_root}/.local/${_stack_env}}"
 if [ -f "${STACK_ENV}" ]; then
   set -a; . "${STACK_ENV}"; set +a
 fi

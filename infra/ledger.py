@@ -4,15 +4,13 @@ issuer rejected (`GRANT#<grantId>` in the coupon's partition). One reader
 for `make demo` and `make chaos`, so both judge from the same facts."""
 import os
 
-import boto3
+from localenv import aws
 
 
 def ledger(coupon_id):
     """`(coupons, rejections)`: every user coupon item of the coupon and
     every rejection item, as DynamoDB returns them."""
-    ddb = boto3.client(
-        "dynamodb", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name=os.environ.get("AWS_REGION", "us-east-1")
-    )
+    ddb = aws("dynamodb")
     coupons, rejections = [], []
     for page in ddb.get_paginator("query").paginate(
         TableName=os.environ["USER_COUPONS_TABLE"],

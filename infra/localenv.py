@@ -5,6 +5,19 @@ import os
 import sys
 
 
+def aws(service):
+    """A boto3 client for `service` on the local endpoint infra/env.sh
+    names. boto3 resolves it itself, as the Rust SDK does: a service's own
+    AWS_ENDPOINT_URL_<SERVICE> (LOCAL_AWS=localstack sets those of SQS and
+    EventBridge) before AWS_ENDPOINT_URL, so every script meets each service
+    where the functions meet it."""
+    import boto3
+
+    if not os.environ.get("AWS_ENDPOINT_URL"):
+        sys.exit("AWS_ENDPOINT_URL is not set: run this through make, or source infra/env.sh first")
+    return boto3.client(service, region_name=os.environ.get("AWS_REGION", "us-east-1"))
+
+
 def port(name):
     """The port `name` (e.g. LAMBDA_PORT) from the environment infra/env.sh
     set up; exits with a clear message when it is missing or malformed."""

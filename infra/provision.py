@@ -2,10 +2,11 @@
 """Creates the local queues, tables, event bus and rules from
 infra/resources.json, idempotently.
 
-Talks to whatever AWS_ENDPOINT_URL points at (moto server, LocalStack). Safe
-to re-run: existing resources are left as they are (attributes are brought in
-line), and the resulting URLs and names are written to .local/stack.env for
-infra/env.sh to pick up.
+Talks to each service where infra/env.sh points it (AWS_ENDPOINT_URL, or a
+service's own AWS_ENDPOINT_URL_<SERVICE>: moto server, LocalStack). Safe to
+re-run: existing resources are left as they are (attributes are brought in
+line), and the resulting URLs and names are written to the env file
+(STACK_ENV, .local/stack.env by default) for infra/env.sh to pick up.
 
 Usage: provision.py [--prefix P --env-file F]: a second, separate set of
 resources named P<name>, described in F (the contract test uses one of its
@@ -18,18 +19,15 @@ import pathlib
 import sys
 import time
 
-import boto3
 from botocore.exceptions import ClientError
+
+from localenv import aws
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def client(service):
-    return boto3.client(
-        service,
-        endpoint_url=os.environ["AWS_ENDPOINT_URL"],
-        region_name=os.environ.get("AWS_REGION", "us-east-1"),
-    )
+    return aws(service)
 
 
 def gsi_spec(g):
@@ -149,7 +147,7 @@ def ensure_bus(events, sqs, spec, queue_arns, prefix=""):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--prefix", default="")
-    parser.add_argument("--env-file", default=str(ROOT / ".local" / "stack.env"))
+    parser.add_argument("--env-file", default=os.environ.get("STACK_ENV") or str(ROOT / ".local" / "stack.env"))
     args = parser.parse_args()
     resources = json.loads((ROOT / "infra" / "resources.json").read_text())
     ddb, sqs = client("dynamodb"), client("sqs")

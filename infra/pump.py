@@ -32,9 +32,7 @@ import time
 import urllib.error
 import urllib.request
 
-import boto3
-
-from localenv import port
+from localenv import aws, port
 
 LAMBDA = f"http://127.0.0.1:{port('LAMBDA_PORT')}"
 RETRY_AFTER_SECONDS = 2
@@ -76,9 +74,7 @@ def sqs_event(messages, queue_arn):
 
 class Pump:
     def __init__(self):
-        self.sqs = boto3.client(
-            "sqs", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name=os.environ.get("AWS_REGION", "us-east-1")
-        )
+        self.sqs = aws("sqs")
         self.queue = os.environ["GRANT_QUEUE_URL"]
         self.arn = self.sqs.get_queue_attributes(QueueUrl=self.queue, AttributeNames=["QueueArn"])["Attributes"][
             "QueueArn"
@@ -189,10 +185,9 @@ class StreamPump:
     retries)."""
 
     def __init__(self, invoke_fn=None, checkpoint=None):
-        kw = dict(endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name=os.environ.get("AWS_REGION", "us-east-1"))
-        ddb = boto3.client("dynamodb", **kw)
-        self.streams = boto3.client("dynamodbstreams", **kw)
-        self.sqs = boto3.client("sqs", **kw)
+        ddb = aws("dynamodb")
+        self.streams = aws("dynamodbstreams")
+        self.sqs = aws("sqs")
         self.failure_queue = os.environ.get("NOTIFIER_FAILURE_QUEUE_URL")
         self.arn = ddb.describe_table(TableName=os.environ["USER_COUPONS_TABLE"])["Table"].get("LatestStreamArn")
         self.iterators = {}

@@ -11,6 +11,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/infra/env.sh"
 cd "$root"
+# A service's own endpoint where one is set (LOCAL_AWS=localstack: SQS and
+# EventBridge; make chaos: SQS behind its fault proxy).
+endpoints=()
+for var in AWS_ENDPOINT_URL_SQS AWS_ENDPOINT_URL_EVENTBRIDGE; do
+  if [ -n "${!var:-}" ]; then endpoints+=(--env-var "$var=${!var}"); fi
+done
 exec cargo lambda watch \
   --invoke-address 127.0.0.1 \
   --invoke-port "$LAMBDA_PORT" \
@@ -24,6 +30,7 @@ exec cargo lambda watch \
   --env-var "USER_COUPONS_TABLE=$USER_COUPONS_TABLE" \
   --env-var "EVENT_BUS_NAME=${EVENT_BUS_NAME:-coupon-events}" \
   --env-var "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL" \
+  "${endpoints[@]}" \
   --env-var "AWS_REGION=$AWS_REGION" \
   --env-var "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID" \
   --env-var "AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY" \

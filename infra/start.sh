@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Starts a Redis server, a 3-master Redis Cluster (both of the engine
 # REDIS_ENGINE names: redis-server or valkey-server, each engine on ports of
-# its own) and moto server on loopback unless something already answers on
-# their ports, then provisions the queues and tables. Idempotent.
+# its own), moto server and, with LOCAL_AWS=localstack, LocalStack (SQS and
+# EventBridge) on loopback unless something already answers on their ports,
+# then provisions the queues, tables and bus. Idempotent.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/infra/env.sh"
@@ -79,5 +80,28 @@ if ! listening "$AWS_PORT"; then
   echo "moto server on 127.0.0.1:$AWS_PORT"
 fi
 
-"$VENV/bin/python" "$root/infra/provision.py" >"$state/provision.log"
+# LocalStack in host mode (no Docker): SQS and EventBridge only, its files
+# under .local/localstack; it neither fetches its TLS certificate (it makes
+# its own) nor sends analytics (DISABLE_EVENTS).
+if [ "$LOCAL_AWS" = localstack ] && ! listening "$LOCALSTACK_PORT"; then
+  OVERRIDE_IN_DOCKER=0 FILESYSTEM_ROOT="$state/localstack" \
+    GATEWAY_LISTEN="127.0.0.1:$LOCALSTACK_PORT" GATEWAY_SERVER=hypercorn \
+    SERVICES=sqs,events SQS_ENDPOINT_STRATEGY=path DNS_ADDRESS=0 \
+    SKIP_SSL_CERT_DOWNLOAD=1 DISABLE_EVENTS=1 \
+    nohup "$LOCALSTACK_VENV/bin/python" -m localstack.runtime.main >"$state/localstack.log" 2>&1 &
+  echo $! >"$state/localstack.pid"
+  for _ in $(seq 1 600); do
+    grep -q '^Ready\.' "$state/localstack.log" && break
+    kill -0 "$(cat "$state/localstack.pid")" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q '^Ready\.' "$state/localstack.log" || {
+    echo "LocalStack did not start on port $LOCALSTACK_PORT; see $state/localstack.log" >&2
+    tail -n 20 "$state/localstack.log" >&2 || true
+    exit 1
+  }
+  echo "LocalStack (SQS, EventBridge) on 127.0.0.1:$LOCALSTACK_PORT"
+fi
+
+"$VENV/bin/python" "$root/infra/provision.py" --env-file "$STACK_ENV" >"$state/provision.log"
 cat "$state/provision.log"

@@ -5,8 +5,9 @@ set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/infra/env.sh"
 state="$root/.local"
-# Every engine's servers (each engine has ports of its own) and moto.
-for pidfile in "$state"/redis.pid "$state"/redis-*.pid "$state"/valkey.pid "$state"/valkey-*.pid "$state"/moto.pid; do
+# Every engine's servers (each engine has ports of its own), moto and
+# LocalStack.
+for pidfile in "$state"/redis.pid "$state"/redis-*.pid "$state"/valkey.pid "$state"/valkey-*.pid "$state"/moto.pid "$state"/localstack.pid; do
   [ -f "$pidfile" ] || continue
   name=$(basename "$pidfile" .pid)
   pid=$(cat "$pidfile")
@@ -19,4 +20,4 @@ for pidfile in "$state"/redis.pid "$state"/redis-*.pid "$state"/valkey.pid "$sta
   fi
   rm -f "$pidfile"
 done
-rm -f "$state/stack.env" "$state"/cluster-*.conf
+rm -f "$state/stack.env" "$state/stack-localstack.env" "$state"/cluster-*.conf

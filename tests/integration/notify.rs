@@ -76,7 +76,7 @@ async fn every_transition_a_coupon_makes_reaches_the_bus_once_under_a_stable_id(
     let notifier = notifier_on(&h, &bus.name);
     assert!(notify(&notifier, records.clone()).await.is_empty());
 
-    let delivered = bus.delivered(&h.stack).await;
+    let delivered = bus.delivered(&h.stack, 7).await;
     let mut seen: Vec<(String, String)> = delivered
         .iter()
         .map(|e| {
@@ -123,7 +123,7 @@ async fn every_transition_a_coupon_makes_reaches_the_bus_once_under_a_stable_id(
     // again, and a consumer keeping ids drops every one.
     assert!(notify(&notifier, records).await.is_empty());
     let again: BTreeSet<String> = bus
-        .delivered(&h.stack)
+        .delivered(&h.stack, 7)
         .await
         .iter()
         .map(|e| e["detail"]["eventId"].as_str().unwrap().to_owned())
@@ -141,7 +141,20 @@ async fn a_bus_that_takes_nothing_leaves_every_record_to_the_stream_and_nothing_
     h.pump().await;
     let records = CouponStream::open(&h.stack).await.records_of(&[&user]).await;
     assert_eq!(records.len(), 1);
-    let failed = notify(&notifier_on(&h, &unique("no-such-bus")), records.clone()).await;
+    // An endpoint that refuses every connection: the one failure every
+    // emulator and AWS itself produce alike (a missing bus is refused by
+    // moto but taken silently by LocalStack).
+    let refusing = aws_sdk_eventbridge::config::Builder::from(&h.stack.sdk)
+        .endpoint_url("http://127.0.0.1:9")
+        .build();
+    let notifier = wire(Clients {
+        bus: Arc::new(EventBridgeBus::new(
+            coupon_adapters::eventbridge::Client::from_conf(refusing),
+            &unique("bus"),
+        )),
+        metrics: Arc::new(RecordingMetrics::default()),
+    });
+    let failed = notify(&notifier, records.clone()).await;
     assert_eq!(
         failed,
         vec![records[0]["dynamodb"]["SequenceNumber"].as_str().unwrap().to_owned()]

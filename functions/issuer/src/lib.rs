@@ -27,7 +27,7 @@
 
 use std::sync::Arc;
 
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use coupon_adapters::aws;
 use coupon_adapters::dynamodb::{Client, DynamoCouponRepository, DynamoIssueLedger, Tables};
 use coupon_domain::barrier::QueueMessage;
@@ -54,9 +54,47 @@ pub struct Issuer {
     pub concurrency: usize,
 }
 
-/// Issues one batch.
+/// A batch's messages by message id, in delivery order; `None` for one
+/// that is neither a grant nor a barrier (poison).
+type Batch = Vec<(String, Option<QueueMessage>)>;
+
+/// Issues one batch: its grants, then the marks of the shards that minted
+/// them, then its barriers; names every message that must come back.
 pub async fn handle(issuer: &Issuer, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
-    let records = event.payload.records;
+    let messages = parse_batch(event.payload.records)?;
+    let now = issuer.clock.now_ms();
+    // Poison fails, a barrier waits for step 3, a grant for step 1.
+    let mut failed: Vec<bool> = messages
+        .iter()
+        .map(|(_, m)| !matches!(m, Some(QueueMessage::Barrier(_))))
+        .collect();
+    // 1. Grants, concurrently (their order does not matter: each is
+    //    idempotent under its own key).
+    let issued = issue_grants(issuer, &messages, now).await;
+    for &(i, ok) in &issued {
+        failed[i] = !ok;
+    }
+    // 2. The marks of the shards that minted them.
+    for i in unmarked(issuer, &messages, &issued).await {
+        failed[i] = true;
+    }
+    // 3. Barriers, last and in order: each only behind grants of its lane
+    //    that are issued and marked.
+    let batch: Vec<(Option<&QueueMessage>, bool)> = messages
+        .iter()
+        .zip(&failed)
+        .map(|((_, m), &f)| (m.as_ref(), f))
+        .collect();
+    for i in issuer.service.acknowledge_barriers(&batch).await {
+        failed[i] = true;
+    }
+    Ok(failures(messages, &failed))
+}
+
+/// The records' messages, parsed; poison is logged and kept as `None` (it
+/// is reported failed, so its receive count moves it to the dead-letter
+/// queue). A record without a message id fails the whole batch.
+fn parse_batch(records: Vec<SqsMessage>) -> Result<Batch, Error> {
     if let Some(i) = records
         .iter()
         .position(|r| r.message_id.as_deref().is_none_or(str::is_empty))
@@ -64,8 +102,7 @@ pub async fn handle(issuer: &Issuer, event: LambdaEvent<SqsEvent>) -> Result<Sqs
         error!(record = i, "SQS record without a message id; failing the whole batch");
         return Err(format!("record {i} has no message id").into());
     }
-    let now = issuer.clock.now_ms();
-    let messages: Vec<(String, Option<QueueMessage>)> = records
+    Ok(records
         .into_iter()
         .map(|record| {
             let id = record.message_id.unwrap_or_default();
@@ -77,10 +114,13 @@ pub async fn handle(issuer: &Issuer, event: LambdaEvent<SqsEvent>) -> Result<Sqs
                 }
             }
         })
-        .collect();
-    // 1. Grants, concurrently (their order does not matter: each is
-    //    idempotent under its own key).
-    let issued: Vec<(usize, bool)> = stream::iter(messages.iter().enumerate())
+        .collect())
+}
+
+/// Issues the batch's grants, `issuer.concurrency` at a time: each grant's
+/// index in the batch, and whether it is issued (or was already).
+async fn issue_grants(issuer: &Issuer, messages: &Batch, now: i64) -> Vec<(usize, bool)> {
+    stream::iter(messages.iter().enumerate())
         .filter_map(|(i, (id, message))| async move {
             let Some(QueueMessage::Grant(grant)) = message else {
                 return None;
@@ -102,15 +142,13 @@ pub async fn handle(issuer: &Issuer, event: LambdaEvent<SqsEvent>) -> Result<Sqs
         })
         .buffer_unordered(issuer.concurrency.max(1))
         .collect()
-        .await;
-    let mut failed = vec![false; messages.len()];
-    for (i, (_, message)) in messages.iter().enumerate() {
-        failed[i] = !matches!(message, Some(QueueMessage::Barrier(_)));
-    }
-    for &(i, ok) in &issued {
-        failed[i] = !ok;
-    }
-    // 2. The marks of the shards that minted them.
+        .await
+}
+
+/// Raises the high-water mark of every shard that minted an issued grant;
+/// the indexes of the grants whose shard's mark could not be written (they
+/// come back, so none is acknowledged before its mark).
+async fn unmarked(issuer: &Issuer, messages: &Batch, issued: &[(usize, bool)]) -> Vec<usize> {
     let seen: Vec<Grant> = issued
         .iter()
         .filter(|&&(_, ok)| ok)
@@ -119,42 +157,33 @@ pub async fn handle(issuer: &Issuer, event: LambdaEvent<SqsEvent>) -> Result<Sqs
             _ => None,
         })
         .collect();
-    let unmarked = issuer.service.raise_high_water(&seen).await;
-    for (i, (_, message)) in messages.iter().enumerate() {
-        if let Some(QueueMessage::Grant(g)) = message {
-            if GrantRef::parse(&g.grant_id)
-                .is_some_and(|m| unmarked.iter().any(|(c, s)| *c == m.coupon && *s == m.shard))
-            {
-                failed[i] = true;
-            }
-        }
-    }
-    // 3. Barriers, last and in order: each only behind grants of its lane
-    //    that are issued and marked.
-    let batch: Vec<(Option<&QueueMessage>, bool)> = messages
+    let shards = issuer.service.raise_high_water(&seen).await;
+    messages
         .iter()
-        .zip(&failed)
-        .map(|((_, m), &f)| (m.as_ref(), f))
-        .collect();
-    for i in issuer.service.acknowledge_barriers(&batch).await {
-        failed[i] = true;
-    }
-    let failed: Vec<String> = messages
+        .enumerate()
+        .filter_map(|(i, (_, message))| match message {
+            Some(QueueMessage::Grant(g)) => GrantRef::parse(&g.grant_id)
+                .is_some_and(|m| shards.iter().any(|(c, s)| *c == m.coupon && *s == m.shard))
+                .then_some(i),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The partial batch response naming every failed message.
+fn failures(messages: Batch, failed: &[bool]) -> SqsBatchResponse {
+    let mut response = SqsBatchResponse::default();
+    response.batch_item_failures = messages
         .into_iter()
         .zip(failed)
-        .filter(|(_, f)| *f)
-        .map(|((id, _), _)| id)
-        .collect();
-    let mut response = SqsBatchResponse::default();
-    response.batch_item_failures = failed
-        .into_iter()
-        .map(|id| {
+        .filter(|(_, &f)| f)
+        .map(|((id, _), _)| {
             let mut failure = BatchItemFailure::default();
             failure.item_identifier = id;
             failure
         })
         .collect();
-    Ok(response)
+    response
 }
 
 /// What an issuer instance is built from, made once at cold start.

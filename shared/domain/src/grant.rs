@@ -29,8 +29,9 @@ pub struct Grant {
     pub granted_at_ms: i64,
 }
 
-/// The part of a grant the Redis script records under the request id:
-/// `W|<grantId>|<ordinal>|<shard>|<grantedAtMs>`.
+/// The part of a grant the stock ledger records under the request id, so
+/// a replay of the request answers with the same grant (the Redis adapter
+/// stores it as `W|<grantId>|<ordinal>|<shard>|<grantedAtMs>`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrantRecord {
     /// See [`Grant::grant_id`].
@@ -44,35 +45,6 @@ pub struct GrantRecord {
 }
 
 impl GrantRecord {
-    /// Parses a `W|...` record; `None` for anything else.
-    pub fn parse(record: &str) -> Option<Self> {
-        let mut parts = record.split('|');
-        if parts.next()? != "W" {
-            return None;
-        }
-        let grant_id = parts.next()?.to_owned();
-        let ordinal = parts.next()?.parse().ok()?;
-        let shard = parts.next()?.parse().ok()?;
-        let granted_at_ms = parts.next()?.parse().ok()?;
-        if parts.next().is_some() || grant_id.is_empty() {
-            return None;
-        }
-        Some(Self {
-            grant_id,
-            ordinal,
-            shard,
-            granted_at_ms,
-        })
-    }
-
-    /// The record as the scripts store it (the inverse of [`Self::parse`]).
-    pub fn encode(&self) -> String {
-        format!(
-            "W|{}|{}|{}|{}",
-            self.grant_id, self.ordinal, self.shard, self.granted_at_ms
-        )
-    }
-
     /// The record of `grant`: what its request is answered with.
     pub fn of(grant: &Grant) -> Self {
         Self {
@@ -127,21 +99,6 @@ impl GrantRef {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_win_record_round_trips() {
-        let rec = GrantRecord::parse("W|c1-0-7|2|0|1700000000000").unwrap();
-        assert_eq!(rec.grant_id, "c1-0-7");
-        assert_eq!(rec.ordinal, 2);
-        assert_eq!(rec.encode(), "W|c1-0-7|2|0|1700000000000");
-    }
-
-    #[test]
-    fn other_records_are_not_grants() {
-        for bad in ["B|1|1|5", "L|SOLD_OUT", "W|x|y|0|1", "W||1|0|1", "W|a|1|0|1|extra"] {
-            assert!(GrantRecord::parse(bad).is_none(), "{bad}");
-        }
-    }
 
     #[test]
     fn grant_ids_parse_from_the_right() {

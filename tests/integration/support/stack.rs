@@ -50,9 +50,16 @@ pub struct Stack {
 
 impl Stack {
     pub async fn connect() -> Self {
-        let endpoint = env_or("AWS_ENDPOINT_URL", "http://127.0.0.1:4566");
-        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .endpoint_url(endpoint)
+        // The endpoints as infra/env.sh sets them, resolved by the SDK as
+        // the functions resolve them: a service's own
+        // AWS_ENDPOINT_URL_<SERVICE> (LOCAL_AWS=localstack: SQS and
+        // EventBridge) before AWS_ENDPOINT_URL. Only with neither set does
+        // the test name the default local endpoint itself.
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        if std::env::var_os("AWS_ENDPOINT_URL").is_none() {
+            loader = loader.endpoint_url("http://127.0.0.1:4566");
+        }
+        let sdk = loader
             .region(aws_config::Region::new(env_or("AWS_REGION", "us-east-1")))
             .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
             .timeout_config(

@@ -168,11 +168,22 @@ impl TestBus {
         Self { name, queue_url }
     }
 
-    /// Every event delivered to the queue so far (EventBridge envelopes).
-    pub async fn delivered(&self, stack: &Stack) -> Vec<Value> {
-        stack
-            .drain_bodies(&self.queue_url)
-            .await
+    /// The events delivered to the queue (EventBridge envelopes), once at
+    /// least `expected` have arrived or 15 s have passed: a rule delivers
+    /// to its target asynchronously (in AWS and LocalStack; moto at once),
+    /// so the test waits for what it expects and then sees everything
+    /// there, repeats included.
+    pub async fn delivered(&self, stack: &Stack, expected: usize) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        let mut bodies = Vec::new();
+        loop {
+            bodies.extend(stack.drain_bodies(&self.queue_url).await);
+            if bodies.len() >= expected || std::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        bodies
             .iter()
             .map(|body| serde_json::from_str(body).expect("event json"))
             .collect()

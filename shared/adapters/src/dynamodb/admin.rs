@@ -71,18 +71,44 @@ pub(super) fn audit_item(pk: String, entry: &AuditEntry) -> Result<Item, StoreEr
     ]))
 }
 
-#[async_trait]
-impl AdminStore for DynamoAdminStore {
-    async fn stored(&self, coupon: &CouponId) -> Result<Option<StoredCoupon>, StoreError> {
-        self.tables.stored(coupon).await
+/// What a refused change transaction means: the operation's key already
+/// there (its last item) is a change done before; the definition's
+/// version moved (its first item) is a conflict the caller re-reads for;
+/// anything else is the store being unavailable.
+fn refused_change(
+    err: SdkError<TransactWriteItemsError>,
+    change: &CouponChange,
+    count: usize,
+) -> Result<ChangeResult, StoreError> {
+    let SdkError::ServiceError(e) = err else {
+        return Err(unavailable(err));
+    };
+    let TransactWriteItemsError::TransactionCanceledException(ex) = e.err() else {
+        return Err(StoreError::Unavailable(Box::new(SdkError::ServiceError(e))));
+    };
+    let failed = |i: usize| {
+        ex.cancellation_reasons()
+            .get(i)
+            .and_then(|r| r.code())
+            .is_some_and(|c| c == "ConditionalCheckFailed")
+    };
+    if change.operation_key.is_some() && failed(count - 1) {
+        return Ok(ChangeResult::AlreadyDone);
     }
+    if failed(0) {
+        return Ok(ChangeResult::VersionMoved);
+    }
+    Err(StoreError::Unavailable(Box::new(SdkError::ServiceError(e))))
+}
 
-    async fn change(&self, change: &CouponChange) -> Result<ChangeResult, StoreError> {
+impl DynamoAdminStore {
+    /// The definition item written at the next version, on condition that
+    /// it is still at the version the change was decided on.
+    fn definition_update(&self, pk: &str, change: &CouponChange) -> Result<TransactWriteItem, StoreError> {
         let def = &change.after;
-        let pk = coupon_pk(&def.coupon_id);
         let update = Update::builder()
             .table_name(&self.tables.coupons)
-            .key("pk", s(pk.clone()))
+            .key("pk", s(pk.to_owned()))
             .key("sk", s(keys::DEF))
             .update_expression("SET #def = :d, #fp = :f, #total = :t, #st = :s, #ver = :next")
             .condition_expression("#ver = :read")
@@ -99,15 +125,21 @@ impl AdminStore for DynamoAdminStore {
             .expression_attribute_values(":next", n(change.expected_version + 1))
             .build()
             .map_err(unavailable)?;
-        let mut items = vec![TransactWriteItem::builder().update(update).build()];
-        let before = def.total_stock - change.added_stock;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// The durable caps the added stock grows: a new counter created with
+    /// its share, an existing one's cap raised by it.
+    fn counter_growth(&self, pk: &str, change: &CouponChange) -> Result<Vec<TransactWriteItem>, StoreError> {
+        let before = change.after.total_stock - change.added_stock;
+        let mut items = Vec::new();
         for (k, add, new) in counter_additions(before, change.added_stock) {
             let sk = keys::counter_sk(k);
             if new {
                 items.push(put_if_absent(
                     &self.tables.coupons,
                     HashMap::from([
-                        ("pk".to_owned(), s(pk.clone())),
+                        ("pk".to_owned(), s(pk.to_owned())),
                         ("sk".to_owned(), s(sk)),
                         ("cap".to_owned(), n(add)),
                         ("issued".to_owned(), n(0)),
@@ -116,7 +148,7 @@ impl AdminStore for DynamoAdminStore {
             } else {
                 let grow = Update::builder()
                     .table_name(&self.tables.coupons)
-                    .key("pk", s(pk.clone()))
+                    .key("pk", s(pk.to_owned()))
                     .key("sk", s(sk))
                     .update_expression("SET #cap = #cap + :add")
                     .expression_attribute_names("#cap", "cap")
@@ -127,6 +159,22 @@ impl AdminStore for DynamoAdminStore {
                 items.push(TransactWriteItem::builder().update(grow).build());
             }
         }
+        Ok(items)
+    }
+}
+
+#[async_trait]
+impl AdminStore for DynamoAdminStore {
+    async fn stored(&self, coupon: &CouponId) -> Result<Option<StoredCoupon>, StoreError> {
+        self.tables.stored(coupon).await
+    }
+
+    async fn change(&self, change: &CouponChange) -> Result<ChangeResult, StoreError> {
+        let pk = coupon_pk(&change.after.coupon_id);
+        // One transaction: the definition at the version read, the stock
+        // counters it grows, the audit entry and the operation's key.
+        let mut items = vec![self.definition_update(&pk, change)?];
+        items.extend(self.counter_growth(&pk, change)?);
         items.push(put_if_absent(
             &self.tables.coupons,
             audit_item(pk.clone(), &change.audit)?,
@@ -151,27 +199,7 @@ impl AdminStore for DynamoAdminStore {
             .await
         {
             Ok(_) => Ok(ChangeResult::Applied),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), TransactWriteItemsError::TransactionCanceledException(_)) =>
-            {
-                let TransactWriteItemsError::TransactionCanceledException(ex) = e.err() else {
-                    unreachable!("matched above")
-                };
-                let failed = |i: usize| {
-                    ex.cancellation_reasons()
-                        .get(i)
-                        .and_then(|r| r.code())
-                        .is_some_and(|c| c == "ConditionalCheckFailed")
-                };
-                if change.operation_key.is_some() && failed(count - 1) {
-                    return Ok(ChangeResult::AlreadyDone);
-                }
-                if failed(0) {
-                    return Ok(ChangeResult::VersionMoved);
-                }
-                Err(StoreError::Unavailable(Box::new(SdkError::ServiceError(e))))
-            }
-            Err(e) => Err(unavailable(e)),
+            Err(e) => refused_change(e, change, count),
         }
     }
 

@@ -4,13 +4,13 @@
 use async_trait::async_trait;
 use coupon_domain::error::StoreError;
 use coupon_domain::grab::ports::{BorrowEnd, Claim, ClaimReply, ClaimStep, Recorded, StockLedger, TakeReply};
-use coupon_domain::grant::GrantRecord;
 use coupon_domain::ids::CouponId;
 use coupon_domain::outcome::Rejection;
 use redis::AsyncCommands;
 
 use super::conn::{protocol, unavailable, Redis};
-use super::scripts::{evalsha, number, parse_recorded, run, GRAB, SETTLE, TAKE};
+use super::records::{encode_win, parse_recorded, parse_win};
+use super::scripts::{evalsha, number, run, GRAB, SETTLE, TAKE};
 
 /// How long a shard's WAIT fence outlives its last win: long enough to
 /// never be written and gone in one pipeline, short enough that a sale's
@@ -116,7 +116,7 @@ impl StockLedger for RedisLedger {
             .await
             .map_err(unavailable)?;
         Ok(match reply.first().map(String::as_str) {
-            Some("WIN") => match reply.get(1).and_then(|r| GrantRecord::parse(r)) {
+            Some("WIN") => match reply.get(1).and_then(|r| parse_win(r)) {
                 Some(rec) => TakeReply::Won(rec),
                 None => return Err(protocol(WHAT, "WIN without a grant")),
             },
@@ -142,7 +142,7 @@ impl StockLedger for RedisLedger {
             .arg(claim.now_ms)
             .arg(self.redis.outcome_ttl_ms)
             .arg(match ended {
-                BorrowEnd::Took(rec) => rec.encode(),
+                BorrowEnd::Took(rec) => encode_win(rec),
                 _ => String::new(),
             })
             .arg(match ended {

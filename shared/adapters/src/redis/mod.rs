@@ -3,7 +3,8 @@
 //!
 //! - [`conn`]: the connection (standalone or cluster) and [`Redis`].
 //! - [`keys`]: the key layout and its hash tags.
-//! - [`scripts`]: the Lua scripts and the records they store.
+//! - [`scripts`]: the Lua scripts.
+//! - [`records`]: the records they store under a request id (`W|`, `B|`, `L|`).
 //! - [`ledger`]: the grab's [`StockLedger`](coupon_domain::grab::ports::StockLedger).
 //! - [`risk`]: the grab's [`RiskGuard`](coupon_domain::grab::ports::RiskGuard).
 //! - [`preheat`]: creating a coupon's shards.
@@ -19,6 +20,7 @@ pub mod ledger;
 pub mod live;
 pub mod outbox;
 pub mod preheat;
+pub mod records;
 pub mod repair;
 pub mod risk;
 pub mod scripts;

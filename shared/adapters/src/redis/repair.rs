@@ -13,6 +13,7 @@ use redis::AsyncCommands;
 
 use super::conn::{protocol, unavailable, Redis};
 use super::preheat::meta_fields;
+use super::records::encode_win;
 use super::scripts::{number, BUMP_EPOCH, DROP_IF_BEHIND, RESTORE_REQUESTS, RESTORE_USERS, VERIFY};
 
 /// [`StockRepair`] on Redis.
@@ -135,7 +136,7 @@ impl StockRepair for RedisRepair {
             let mut invocation = RESTORE_REQUESTS.key(k.meta());
             invocation.arg(self.redis.outcome_ttl_ms);
             for (user, request, record) in chunk {
-                invocation.key(k.request(user, request)).arg(record.encode());
+                invocation.key(k.request(user, request)).arg(encode_win(record));
             }
             let mut conn = self.redis.conn.clone();
             let reply: String = invocation.invoke_async(&mut conn).await.map_err(unavailable)?;

@@ -2,13 +2,11 @@
 //! through [`redis::Script`]: EVALSHA, with a SCRIPT LOAD and retry when
 //! Redis answers NOSCRIPT (after a restart or failover). Every script gets
 //! all its keys in KEYS, and all of them share one hash tag
-//! ([`super::keys`]). Also the parsers of what the scripts store.
+//! ([`super::keys`]). What the scripts store is read in [`super::records`].
 
 use std::sync::LazyLock;
 
 use coupon_domain::error::StoreError;
-use coupon_domain::grab::ports::Recorded;
-use coupon_domain::grant::GrantRecord;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
 
 use super::conn::{protocol, RedisConnection};
@@ -66,27 +64,6 @@ pub(super) async fn run<T: FromRedisValue>(conn: &mut RedisConnection, script: &
         }
         other => other,
     }
-}
-
-pub(super) fn parse_recorded(what: &'static str, record: &str) -> Result<Recorded, StoreError> {
-    if let Some(rec) = GrantRecord::parse(record) {
-        return Ok(Recorded::Won(rec));
-    }
-    match record {
-        "L|SOLD_OUT" => return Ok(Recorded::SoldOut),
-        "L|OFFLINE" => return Ok(Recorded::Closed(coupon_domain::outcome::Rejection::Offline)),
-        "L|ENDED" => return Ok(Recorded::Closed(coupon_domain::outcome::Rejection::Ended)),
-        _ => {}
-    }
-    if let Some(rest) = record.strip_prefix("B|") {
-        if let Some(ordinal) = rest.split('|').next().and_then(|o| o.parse().ok()) {
-            return Ok(Recorded::Borrowing { ordinal });
-        }
-    }
-    Err(protocol(
-        what,
-        format!("unknown record kind {:?}", record.get(..2).unwrap_or("")),
-    ))
 }
 
 pub(super) fn number<T: std::str::FromStr>(what: &'static str, reply: &[String], at: usize) -> Result<T, StoreError> {

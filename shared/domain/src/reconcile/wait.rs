@@ -82,67 +82,24 @@ impl Reconciler {
         r: &mut CouponReport,
     ) -> Result<Gate, StoreError> {
         let coupon = &def.coupon_id;
-        let mut affected = Vec::new();
-        for shard in 0..def.shards {
-            match self.ports.repair.verify(coupon, shard, now, None).await? {
-                Verification::Suspect { .. } => affected.push(shard),
-                Verification::Missing if now < def.grab_end_ms => affected.push(shard),
-                _ => {}
-            }
-        }
-        let facts = &self.ports.facts;
-        let current = facts.barrier(coupon).await?;
+        let affected = self.affected(def, now).await?;
+        let current = self.ports.facts.barrier(coupon).await?;
         if affected.is_empty() {
             // Healed (or never needed): an episode left open must not vouch
             // for a later fault.
             if let Some(rec) = current {
-                facts.close_barrier(coupon, &rec.id).await?;
+                self.ports.facts.close_barrier(coupon, &rec.id).await?;
             }
             return Ok(Gate::Clear);
         }
-        let mut rec = match current {
-            Some(rec) if rec.covers(&affected) => rec,
-            other => {
-                // Opened at the time now, not when the pass began (a run
-                // that reached this coupon late must not date the fault
-                // before it happened).
-                let opened = now.max(self.ports.clock.now_ms());
-                let rec = BarrierRecord::open(opened, self.settings.send_window_ms, affected.clone());
-                if !facts
-                    .open_barrier(coupon, &rec, other.as_ref().map(|o| o.id.as_str()))
-                    .await?
-                {
-                    return Ok(self.waiting(r, &affected, "another reconciler pass is opening its wait"));
-                }
-                info!(coupon = %coupon, shards = ?affected, "shards lost or restarted; waiting for the coupon's grants on their way");
-                rec
-            }
+        let Some(rec) = self.episode(coupon, current, &affected, now).await? else {
+            return Ok(self.waiting(r, &affected, "another reconciler pass is opening its wait"));
         };
         let now = now.max(self.ports.clock.now_ms());
-        if self.barriers_due(&rec, now) {
-            if let Err(e) = self
-                .ports
-                .redrive
-                .send_barriers(&Barrier::every_lane(coupon, &rec.id))
-                .await
-            {
-                warn!(coupon = %coupon, error = %e, "barriers not sent; the next pass sends them");
-                return Ok(self.waiting(
-                    r,
-                    &affected,
-                    &format!("its barriers could not be sent ({e}); sent next pass"),
-                ));
-            }
-            if !facts.barrier_sent(coupon, &rec.id, now).await? {
-                return Ok(self.waiting(r, &affected, "another reconciler pass replaced its wait"));
-            }
-            // Read again: with nothing ahead of them, the issuer may have
-            // acknowledged them already.
-            match facts.barrier(coupon).await? {
-                Some(again) if again.id == rec.id => rec = again,
-                _ => return Ok(self.waiting(r, &affected, "another reconciler pass replaced its wait")),
-            }
-        }
+        let rec = match self.send_due_barriers(coupon, rec, now).await? {
+            Ok(rec) => rec,
+            Err(why) => return Ok(self.waiting(r, &affected, &why)),
+        };
         if rec.sent_ms.is_none() {
             return Ok(self.waiting(
                 r,
@@ -168,6 +125,81 @@ impl Reconciler {
             shards: rec.shards,
             closed: false,
         })
+    }
+
+    /// The coupon's shards that wait for its grants: restarted (suspect),
+    /// or lost while the sale runs.
+    async fn affected(&self, def: &CouponDefinition, now: i64) -> Result<Vec<u32>, StoreError> {
+        let mut affected = Vec::new();
+        for shard in 0..def.shards {
+            match self.ports.repair.verify(&def.coupon_id, shard, now, None).await? {
+                Verification::Suspect { .. } => affected.push(shard),
+                Verification::Missing if now < def.grab_end_ms => affected.push(shard),
+                _ => {}
+            }
+        }
+        Ok(affected)
+    }
+
+    /// The episode that covers `affected`: the open one if it does, else a
+    /// new one replacing it. `None` if another pass opened or replaced it
+    /// first.
+    async fn episode(
+        &self,
+        coupon: &CouponId,
+        current: Option<BarrierRecord>,
+        affected: &[u32],
+        now: i64,
+    ) -> Result<Option<BarrierRecord>, StoreError> {
+        match current {
+            Some(rec) if rec.covers(affected) => Ok(Some(rec)),
+            other => {
+                // Opened at the time now, not when the pass began (a run
+                // that reached this coupon late must not date the fault
+                // before it happened).
+                let opened = now.max(self.ports.clock.now_ms());
+                let rec = BarrierRecord::open(opened, self.settings.send_window_ms, affected.to_vec());
+                let replacing = other.as_ref().map(|o| o.id.as_str());
+                if !self.ports.facts.open_barrier(coupon, &rec, replacing).await? {
+                    return Ok(None);
+                }
+                info!(coupon = %coupon, shards = ?affected, "shards lost or restarted; waiting for the coupon's grants on their way");
+                Ok(Some(rec))
+            }
+        }
+    }
+
+    /// Sends the episode's barriers into every lane when they are due (the
+    /// send window over, or a resend after a backlog), and reads the
+    /// episode again: with nothing ahead of them, the issuer may have
+    /// acknowledged them already. `Err` says why the coupon still waits.
+    async fn send_due_barriers(
+        &self,
+        coupon: &CouponId,
+        rec: BarrierRecord,
+        now: i64,
+    ) -> Result<Result<BarrierRecord, String>, StoreError> {
+        if !self.barriers_due(&rec, now) {
+            return Ok(Ok(rec));
+        }
+        let facts = &self.ports.facts;
+        if let Err(e) = self
+            .ports
+            .redrive
+            .send_barriers(&Barrier::every_lane(coupon, &rec.id))
+            .await
+        {
+            warn!(coupon = %coupon, error = %e, "barriers not sent; the next pass sends them");
+            return Ok(Err(format!("its barriers could not be sent ({e}); sent next pass")));
+        }
+        let replaced = || "another reconciler pass replaced its wait".to_owned();
+        if !facts.barrier_sent(coupon, &rec.id, now).await? {
+            return Ok(Err(replaced()));
+        }
+        match facts.barrier(coupon).await? {
+            Some(again) if again.id == rec.id => Ok(Ok(again)),
+            _ => Ok(Err(replaced())),
+        }
     }
 
     /// Called before the first repair a passed gate allows: closes the

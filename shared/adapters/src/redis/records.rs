@@ -1,0 +1,112 @@
+//! The records the scripts store under a request id, the one reader and
+//! writer of them on the Rust side (`lua/lib.lua` and `lua/grab.lua`,
+//! `lua/settle.lua` write them in Lua):
+//!
+//! - `W|<grantId>|<ordinal>|<shard>|<grantedAtMs>`: the request won; its
+//!   replay answers with the same grant.
+//! - `B|<ordinal>|<epoch>|<ms>`: the request's claim is reserved on its
+//!   home shard while it borrows a unit from another (settled by
+//!   `lua/settle.lua`).
+//! - `L|SOLD_OUT`, `L|OFFLINE`, `L|ENDED`: the request lost, remembered so
+//!   its retry hears the same answer.
+//!
+//! The domain sees only [`Recorded`] and [`GrantRecord`]; the text is this
+//! store's format, as DynamoDB's items are `super::super::dynamodb`'s.
+
+use coupon_domain::error::StoreError;
+use coupon_domain::grab::ports::Recorded;
+use coupon_domain::grant::GrantRecord;
+use coupon_domain::outcome::Rejection;
+
+use super::conn::protocol;
+
+/// A `W|...` record; `None` for anything else (another kind, or a
+/// malformed one).
+pub fn parse_win(record: &str) -> Option<GrantRecord> {
+    let mut parts = record.split('|');
+    if parts.next()? != "W" {
+        return None;
+    }
+    let grant_id = parts.next()?.to_owned();
+    let ordinal = parts.next()?.parse().ok()?;
+    let shard = parts.next()?.parse().ok()?;
+    let granted_at_ms = parts.next()?.parse().ok()?;
+    if parts.next().is_some() || grant_id.is_empty() {
+        return None;
+    }
+    Some(GrantRecord {
+        grant_id,
+        ordinal,
+        shard,
+        granted_at_ms,
+    })
+}
+
+/// The `W|...` record of a win, as the scripts store it (the inverse of
+/// [`parse_win`]): what a rebuild restores under a request id.
+pub fn encode_win(rec: &GrantRecord) -> String {
+    format!("W|{}|{}|{}|{}", rec.grant_id, rec.ordinal, rec.shard, rec.granted_at_ms)
+}
+
+/// Any record a script answered with or stored, read for the domain;
+/// `what` names the script or command in the error a foreign record makes.
+pub(super) fn parse_recorded(what: &'static str, record: &str) -> Result<Recorded, StoreError> {
+    if let Some(rec) = parse_win(record) {
+        return Ok(Recorded::Won(rec));
+    }
+    match record {
+        "L|SOLD_OUT" => return Ok(Recorded::SoldOut),
+        "L|OFFLINE" => return Ok(Recorded::Closed(Rejection::Offline)),
+        "L|ENDED" => return Ok(Recorded::Closed(Rejection::Ended)),
+        _ => {}
+    }
+    if let Some(rest) = record.strip_prefix("B|") {
+        if let Some(ordinal) = rest.split('|').next().and_then(|o| o.parse().ok()) {
+            return Ok(Recorded::Borrowing { ordinal });
+        }
+    }
+    Err(protocol(
+        what,
+        format!("unknown record kind {:?}", record.get(..2).unwrap_or("")),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_win_record_round_trips() {
+        let rec = parse_win("W|c1-0-7|2|0|1700000000000").unwrap();
+        assert_eq!(rec.grant_id, "c1-0-7");
+        assert_eq!(rec.ordinal, 2);
+        assert_eq!(encode_win(&rec), "W|c1-0-7|2|0|1700000000000");
+    }
+
+    #[test]
+    fn other_records_are_not_wins() {
+        for bad in ["B|1|1|5", "L|SOLD_OUT", "W|x|y|0|1", "W||1|0|1", "W|a|1|0|1|extra"] {
+            assert!(parse_win(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_kind_of_record_reads_as_what_it_stands_for() {
+        assert!(matches!(parse_recorded("t", "W|c1-0-7|2|0|1"), Ok(Recorded::Won(_))));
+        assert!(matches!(
+            parse_recorded("t", "B|3|1|1700000000000"),
+            Ok(Recorded::Borrowing { ordinal: 3 })
+        ));
+        assert!(matches!(parse_recorded("t", "L|SOLD_OUT"), Ok(Recorded::SoldOut)));
+        assert!(matches!(
+            parse_recorded("t", "L|ENDED"),
+            Ok(Recorded::Closed(Rejection::Ended))
+        ));
+        assert!(matches!(
+            parse_recorded("t", "L|OFFLINE"),
+            Ok(Recorded::Closed(Rejection::Offline))
+        ));
+        assert!(parse_recorded("t", "X|1").is_err());
+        assert!(parse_recorded("t", "B|x").is_err());
+    }
+}

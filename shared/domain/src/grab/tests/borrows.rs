@@ -1,0 +1,189 @@
+//! Borrowing from other shards when the home shard is empty: donors in a
+//! fixed order, nothing taken from a closed coupon or past a lost shard,
+//! and a borrowed win acknowledged on both shards.
+
+use super::*;
+
+#[tokio::test]
+async fn a_borrow_visits_donors_in_order_from_home_and_stops_at_the_first_win() {
+    let user = "borrower";
+    let home = home_shard(&UserId::parse(user).unwrap(), 4);
+    let first_donor = (home + 1) % 4;
+    let second_donor = (home + 2) % 4;
+    let w = world(
+        ScriptedLedger {
+            shards: 4,
+            claim: Some(ClaimReply::Borrow { ordinal: 1 }),
+            takes: HashMap::from([(second_donor, TakeReply::Won(record("c-x-1", second_donor)))]),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    let outcome = w.service.grab(&request(user)).await.unwrap();
+    assert!(matches!(outcome, GrabOutcome::Won { .. }));
+    assert_eq!(
+        w.ledger.calls(),
+        vec![
+            "admit".to_string(),
+            "claim".to_string(),
+            format!("take:{first_donor}"),
+            format!("take:{second_donor}"),
+            "settle".into(),
+            format!("replicated:{home}"),
+            format!("replicated:{second_donor}"),
+        ]
+    );
+    assert_eq!(w.queue.sent.lock().unwrap()[0].shard, second_donor);
+}
+
+#[tokio::test]
+async fn a_borrow_that_finds_the_coupon_closed_takes_nothing_and_says_why() {
+    let user = "borrower";
+    let home = home_shard(&UserId::parse(user).unwrap(), 4);
+    let first_donor = (home + 1) % 4;
+    let second_donor = (home + 2) % 4;
+    let w = world(
+        ScriptedLedger {
+            shards: 4,
+            claim: Some(ClaimReply::Borrow { ordinal: 1 }),
+            takes: HashMap::from([
+                (first_donor, TakeReply::Closed(Rejection::Offline)),
+                (second_donor, TakeReply::Won(record("c-x-1", second_donor))),
+            ]),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    let outcome = w.service.grab(&request(user)).await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            GrabOutcome::Rejected {
+                reason: Rejection::Offline,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        w.ledger.calls(),
+        vec![
+            "admit".to_string(),
+            "claim".to_string(),
+            format!("take:{first_donor}"),
+            "settle".into()
+        ],
+        "no other donor is asked once one says the coupon is closed"
+    );
+    assert!(w.queue.sent.lock().unwrap().is_empty());
+    assert_eq!(
+        *w.risk.released.lock().unwrap(),
+        1,
+        "a press that won nothing gives its hold back"
+    );
+}
+
+#[tokio::test]
+async fn a_borrow_found_at_admission_is_resumed_and_gives_its_reservation_back_if_it_ends_empty() {
+    let w = world(
+        ScriptedLedger {
+            shards: 2,
+            admit: Some(ClaimReply::Replay(Recorded::Borrowing { ordinal: 1 })),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    let outcome = w.service.grab(&request("u")).await.unwrap();
+    assert_eq!(
+        outcome,
+        GrabOutcome::Rejected {
+            reason: Rejection::SoldOut,
+            replayed: true
+        }
+    );
+    let donor = 1 - home_shard(&UserId::parse("u").unwrap(), 2);
+    assert_eq!(
+        w.ledger.calls(),
+        ["admit".to_string(), format!("take:{donor}"), "settle".into()]
+    );
+    assert_eq!(
+        *w.risk.reserved.lock().unwrap(),
+        1,
+        "the press's own reservation, found again"
+    );
+    assert_eq!(*w.risk.released.lock().unwrap(), 1);
+}
+
+#[test]
+fn home_shards_are_stable_and_in_range() {
+    let u = UserId::parse("alice").unwrap();
+    assert_eq!(home_shard(&u, 1), 0);
+    for shards in 2..10 {
+        let s = home_shard(&u, shards);
+        assert!(s < shards);
+        assert_eq!(s, home_shard(&u, shards));
+    }
+}
+
+#[test]
+fn users_spread_over_shards() {
+    let mut seen = [0u32; 4];
+    for i in 0..400 {
+        seen[home_shard(&UserId::parse(&format!("u{i}")).unwrap(), 4) as usize] += 1;
+    }
+    assert!(seen.iter().all(|&n| n > 50), "{seen:?}");
+}
+
+#[tokio::test]
+async fn a_borrow_that_meets_a_lost_donor_shard_is_busy_and_stamps_nothing() {
+    let user = "borrower";
+    let home = home_shard(&UserId::parse(user).unwrap(), 2);
+    let donor = (home + 1) % 2;
+    let w = world(
+        ScriptedLedger {
+            shards: 2,
+            claim: Some(ClaimReply::Borrow { ordinal: 1 }),
+            takes: HashMap::from([(donor, TakeReply::Missing)]),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    let outcome = w.service.grab(&request(user)).await;
+    assert!(matches!(outcome, Err(GrabError::Unavailable(_))), "{outcome:?}");
+    assert_eq!(
+        w.ledger.calls(),
+        vec!["admit".to_owned(), "claim".to_owned(), format!("take:{donor}")],
+        "no settle: no SOLD_OUT stamp"
+    );
+    assert_eq!(w.metrics.total("ShardMissing"), 1);
+    assert_eq!(
+        *w.risk.released.lock().unwrap(),
+        0,
+        "undecided: the hold stays for the retry"
+    );
+}
+
+#[tokio::test]
+async fn a_borrowed_win_waits_for_the_home_and_the_donor_shard() {
+    let user = "borrower";
+    let home = home_shard(&UserId::parse(user).unwrap(), 2);
+    let donor = (home + 1) % 2;
+    let w = world(
+        ScriptedLedger {
+            shards: 2,
+            claim: Some(ClaimReply::Borrow { ordinal: 1 }),
+            takes: HashMap::from([(donor, TakeReply::Won(record("c-x-1", donor)))]),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    w.service.grab(&request(user)).await.unwrap();
+    let calls = w.ledger.calls();
+    assert!(calls.contains(&format!("replicated:{home}")), "{calls:?}");
+    assert!(calls.contains(&format!("replicated:{donor}")), "{calls:?}");
+}

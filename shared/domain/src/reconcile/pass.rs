@@ -1,0 +1,336 @@
+//! One pass over one coupon ([`Reconciler::coupon`]), in the numbered
+//! steps the module documentation lists, each a method of its own.
+
+use std::collections::HashSet;
+
+use tracing::{info, instrument, warn};
+
+use crate::coupon::{CouponDefinition, StoredCoupon};
+use crate::error::StoreError;
+use crate::grant::Grant;
+
+use super::ports::{OutboxEntry, Verification};
+use super::wait::Gate;
+use super::{figures, CouponReport, Reconciler, Surviving};
+
+/// Reports a shard dropped for having rolled back behind its durable mark
+/// (`how`: how it came to, for the cause's text).
+fn rolled_back(r: &mut CouponReport, shard: u32, mark: u64, how: &str) {
+    warn!(
+        shard,
+        high_water = mark,
+        "shard{how} rolled back behind issued grants; dropped for the rebuild"
+    );
+    r.shards_rolled_back += 1;
+    r.causes.push(format!(
+        "shard {shard}{how} rolled back: its grant sequence was behind {mark}, issued in DynamoDB; dropped and rebuilt from DynamoDB"
+    ));
+}
+
+/// Which shards of a coupon kept their state, as step 1 read them.
+struct Survey {
+    /// The shards with state, in order.
+    present: Vec<u32>,
+    /// The shards without (lost, or dropped in step 0).
+    missing: Vec<u32>,
+    /// What the present ones hold.
+    surviving: Surviving,
+}
+
+impl Reconciler {
+    /// One pass over one coupon.
+    ///
+    /// Reads in the order units flow (surviving Redis stock, then the
+    /// outboxes, then DynamoDB), so a unit that moves between two reads is
+    /// counted twice (a rebuild restores too little, which the next sale
+    /// figures show) and never zero times (which would sell it again).
+    #[instrument(skip_all, fields(coupon = %def.coupon_id))]
+    pub async fn coupon(&self, def: &CouponDefinition, now: i64) -> Result<CouponReport, StoreError> {
+        let coupon = &def.coupon_id;
+        let stored = self.ports.facts.stored(coupon).await?.unwrap_or(StoredCoupon {
+            definition: def.clone(),
+            version: 0,
+        });
+        let def = &stored.definition;
+        let mut r = CouponReport {
+            coupon_id: coupon.to_string(),
+            total: def.total_stock,
+            ..CouponReport::default()
+        };
+        // 0. Rollbacks, then the coupon's wait for its grants on their way,
+        //    then the shards whose server restarted.
+        self.drop_rolled_back(def, &mut r).await?;
+        let mut gate = self.gate(def, now, &mut r).await?;
+        self.verify_restarted(def, now, &mut gate, &mut r).await?;
+        // 1. Surviving stock, and which shards are gone. An operator's
+        //    change that never reached a shard (its Redis step failed, or
+        //    met a shard that was lost then) is applied now.
+        let survey = self.survey(&stored).await?;
+        self.heal_settings(&stored, &survey.present, &mut r).await?;
+        // 2. Borrows whose caller died (they may add outbox entries), not
+        //    while a shard is lost: a borrow must not settle SOLD_OUT past a
+        //    shard that may hold stock once rebuilt; the next pass finishes
+        //    them. Then every outbox.
+        let mut to_redrive = if survey.missing.is_empty() {
+            self.finish_stale_borrows(def, &survey.present, now, &mut r).await?
+        } else {
+            Vec::new()
+        };
+        let mut outboxes = Vec::new();
+        for &shard in &survey.present {
+            outboxes.push((shard, self.ports.repair.outbox(coupon, shard).await?));
+        }
+        // 3. The queue's depth, every coupon's: while it holds messages a
+        //    young pending entry may be one of them, and is not re-driven
+        //    yet. (Repairs wait for the coupon's own barriers instead.)
+        let in_flight = match self.ports.redrive.in_flight().await {
+            Ok(n) => n,
+            Err(e) => {
+                warn!(error = %e, "grant queue depth unknown; early re-drives wait");
+                None
+            }
+        };
+        // 4. DynamoDB, last: what confirms the entries, then the counters;
+        //    the pending re-driven, the lost shards rebuilt.
+        self.confirm_outboxes(def, &outboxes, in_flight, &mut to_redrive, now, &mut r)
+            .await?;
+        r.issued = self.ports.facts.issued(coupon).await?;
+        self.keep_unreplicated(def, &mut to_redrive, &mut r, now).await;
+        self.redrive(&to_redrive, &mut r).await;
+        self.rebuild_or_wait(&stored, survey, &mut gate, &mut r, now).await?;
+        for shard in 0..def.shards {
+            r.remaining += self
+                .ports
+                .repair
+                .shard_stock(coupon, shard)
+                .await?
+                .map_or(0, |s| s.stock);
+        }
+        if r.rejected > 0 && self.ports.facts.was_rebuilt(coupon).await? {
+            r.overgranted = r.rejected;
+        }
+        figures::balance(&mut r);
+        Ok(r)
+    }
+
+    /// Step 0: drops every shard that rolled back (its grant sequence is
+    /// behind the durable high-water mark: an old snapshot, a failover to
+    /// a replica that never acknowledged), which would sell issued units
+    /// again; it is rebuilt in step 4 like a lost one. The mark is read
+    /// first, so every sequence in it was minted before Redis is read; a
+    /// shard still behind it then has rolled back. (A shard whose server
+    /// restarted may have rolled back too, with its sequence not behind the
+    /// mark yet, or any more: [`Self::verify_restarted`] settles it.)
+    async fn drop_rolled_back(&self, def: &CouponDefinition, r: &mut CouponReport) -> Result<(), StoreError> {
+        let coupon = &def.coupon_id;
+        for (shard, mark) in self.ports.facts.high_water(coupon).await? {
+            if shard < def.shards && self.ports.repair.drop_if_behind(coupon, shard, mark).await? {
+                rolled_back(r, shard, mark, "");
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 1: each shard's state, if it has any, with its stock and its
+    /// definition version.
+    async fn survey(&self, stored: &StoredCoupon) -> Result<Survey, StoreError> {
+        let def = &stored.definition;
+        let mut survey = Survey {
+            present: Vec::new(),
+            missing: Vec::new(),
+            surviving: Surviving::default(),
+        };
+        for shard in 0..def.shards {
+            match self.ports.repair.shard_stock(&def.coupon_id, shard).await? {
+                Some(found) => {
+                    survey.present.push(shard);
+                    survey.surviving.held += found.stock;
+                    survey.surviving.other_version += u32::from(found.version != stored.version);
+                }
+                None => survey.missing.push(shard),
+            }
+        }
+        Ok(survey)
+    }
+
+    /// Step 2: finishes the borrows whose caller died, as a retry of the
+    /// caller would; the grants they won, to be sent.
+    async fn finish_stale_borrows(
+        &self,
+        def: &CouponDefinition,
+        shards: &[u32],
+        now: i64,
+        r: &mut CouponReport,
+    ) -> Result<Vec<Grant>, StoreError> {
+        let mut won = Vec::new();
+        for &shard in shards {
+            for (request, user) in self
+                .ports
+                .repair
+                .stale_borrows(&def.coupon_id, shard, now - self.settings.grace_ms)
+                .await?
+            {
+                if let Some(grant) = self.finish_stale_borrow(def, shard, &user, &request, now).await? {
+                    won.push(grant);
+                }
+                r.borrows_finished += 1;
+            }
+        }
+        Ok(won)
+    }
+
+    /// Step 4: trims every outbox entry DynamoDB confirms (issued under
+    /// its grant id, or rejected); counts the others as pending, and adds
+    /// to `to_redrive` those past the grace period (past the backlog
+    /// horizon while the queue holds messages).
+    async fn confirm_outboxes(
+        &self,
+        def: &CouponDefinition,
+        outboxes: &[(u32, Vec<OutboxEntry>)],
+        in_flight: Option<u64>,
+        to_redrive: &mut Vec<Grant>,
+        now: i64,
+        r: &mut CouponReport,
+    ) -> Result<(), StoreError> {
+        let coupon = &def.coupon_id;
+        let rejections = self.ports.facts.rejections(coupon).await?;
+        let rejected_ids: HashSet<&str> = rejections.iter().map(|g| g.grant_id.as_str()).collect();
+        let fresh: HashSet<String> = to_redrive.iter().map(|g| g.grant_id.clone()).collect();
+        let horizon = if in_flight == Some(0) {
+            self.settings.grace_ms
+        } else {
+            self.settings.backlog_ms.max(self.settings.grace_ms)
+        };
+        for (shard, entries) in outboxes {
+            let grants: Vec<Grant> = entries.iter().map(|e| e.grant.clone()).collect();
+            let issued = self.ports.facts.issued_grants(&grants).await?;
+            let mut confirmed = Vec::new();
+            for entry in entries {
+                let id = entry.grant.grant_id.as_str();
+                if issued.contains(id) || rejected_ids.contains(id) {
+                    confirmed.push(entry.seq);
+                } else {
+                    r.pending += 1;
+                    let age = now - entry.grant.granted_at_ms;
+                    if age >= horizon && !fresh.contains(id) {
+                        to_redrive.push(entry.grant.clone());
+                    }
+                }
+            }
+            self.ports.repair.trim(coupon, *shard, &confirmed).await?;
+            r.trimmed += confirmed.len() as u64;
+        }
+        r.rejected = rejections.len() as u64;
+        Ok(())
+    }
+
+    /// Step 4: sends the pending grants again, within the grab's budget of
+    /// a send from the check just made (`keep_unreplicated`).
+    async fn redrive(&self, grants: &[Grant], r: &mut CouponReport) {
+        if grants.is_empty() {
+            return;
+        }
+        let within = (self.settings.send_window_ms - 1_000).max(2_000) as u64;
+        match self.ports.redrive.redrive(grants, within).await {
+            Ok(n) => r.redriven = n as u64,
+            Err(e) => r.causes.push(format!("re-drive failed, retried next run: {e}")),
+        }
+    }
+
+    /// Step 4: rebuilds the lost shards once the coupon's wait lets every
+    /// one of them; says why not otherwise.
+    async fn rebuild_or_wait(
+        &self,
+        stored: &StoredCoupon,
+        survey: Survey,
+        gate: &mut Gate,
+        r: &mut CouponReport,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let missing = &survey.missing;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if now >= stored.definition.grab_end_ms {
+            r.causes.push(format!(
+                "{} shard(s) have no Redis state; the window is over, so they are not rebuilt",
+                missing.len()
+            ));
+        } else if missing.iter().all(|&s| gate.lets(s)) {
+            self.rebuild(stored, survey.surviving, missing, gate, r, now).await?;
+        } else if !matches!(gate, Gate::Waiting) {
+            // Lost during this pass, after the gate looked: the next pass
+            // opens a wait that covers it.
+            r.shards_waiting += missing.len() as u32;
+            r.causes.push(format!(
+                "{} shard(s) have no Redis state since this pass began; the next pass waits for the grants on their way",
+                missing.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Settles the shards whose server restarted since they were verified
+    /// (a snapshot restored, a node restarted): such a shard's state may be
+    /// older than grants users were told about, and its sequence alone
+    /// cannot say so once traffic has moved it past the durable mark, so
+    /// every claim on it answers BUSY (`lua/lib.lua`) until this check.
+    /// The check compares the shard's sequence with its durable mark once
+    /// the mark is final: once the gate has passed (every grant of the
+    /// coupon sent before the restart was found has reached DynamoDB, and
+    /// raised its shard's mark). Behind the mark: dropped, and rebuilt by
+    /// this pass. Otherwise the shard holds every grant issued and sells
+    /// again.
+    pub(super) async fn verify_restarted(
+        &self,
+        def: &CouponDefinition,
+        now: i64,
+        gate: &mut Gate,
+        r: &mut CouponReport,
+    ) -> Result<(), StoreError> {
+        let coupon = &def.coupon_id;
+        let mut suspects = Vec::new();
+        for shard in 0..def.shards {
+            if let Verification::Suspect { since_ms } = self.ports.repair.verify(coupon, shard, now, None).await? {
+                suspects.push((shard, since_ms));
+            }
+        }
+        // The gate counted them as waiting already; one found suspect since
+        // it looked waits for the next pass's.
+        if suspects.is_empty() || !suspects.iter().all(|&(s, _)| gate.lets(s)) || !self.enter(def, gate, r).await? {
+            return Ok(());
+        }
+        let marks = self.ports.facts.high_water(coupon).await?;
+        let mut confirmed = 0;
+        for (shard, _) in suspects {
+            let mark = marks.get(&shard).copied().unwrap_or(0);
+            match self.ports.repair.verify(coupon, shard, now, Some(mark)).await? {
+                Verification::Dropped => {
+                    rolled_back(r, shard, mark, " restarted and");
+                }
+                Verification::Confirmed => {
+                    gate.release(shard);
+                    info!(
+                        shard,
+                        high_water = mark,
+                        "restarted shard holds every issued grant; selling again"
+                    );
+                    r.causes.push(format!(
+                        "shard {shard} restarted; it holds every grant DynamoDB has (up to {mark}), so it sells again"
+                    ));
+                    confirmed += 1;
+                }
+                _ => {}
+            }
+        }
+        if confirmed > 0 {
+            // Its state may hold units the other shards saw it without (sold
+            // after the snapshot, under grants never sent): their sold-out
+            // stamps would refuse presses a borrow from it could serve.
+            for shard in 0..def.shards {
+                self.ports.repair.bump_epoch(coupon, shard).await?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,268 @@
+//! The repairs a pass makes ([`super::pass`] calls them): settings healed
+//! on shards behind the stored definition, re-drives held back from shards
+//! no replica holds, borrows finished for callers that died, and lost
+//! shards rebuilt from DynamoDB.
+
+use std::collections::HashMap;
+
+use tracing::warn;
+
+use crate::coupon::{CouponDefinition, StoredCoupon};
+use crate::error::StoreError;
+use crate::grab::ports::{BorrowEnd, Claim, Recorded};
+use crate::grab::{finish_borrow, home_shard};
+use crate::grant::Grant;
+use crate::ids::UserId;
+use crate::live::ShardApply;
+use crate::user_coupon::{Held, Holdings};
+
+use super::ports::Verification;
+use super::wait::Gate;
+use super::{figures, CouponReport, Reconciler, Surviving};
+
+impl Reconciler {
+    /// Applies the stored definition to shards still on an older version,
+    /// in the same two phases as an operator's change (settings and stock
+    /// everywhere, then every epoch). A shard already current costs one
+    /// script call that changes nothing.
+    pub(super) async fn heal_settings(
+        &self,
+        stored: &StoredCoupon,
+        shards: &[u32],
+        r: &mut CouponReport,
+    ) -> Result<(), StoreError> {
+        let mut healed = 0;
+        for &shard in shards {
+            if self.ports.live.apply_shard(stored, shard).await? == ShardApply::Applied {
+                healed += 1;
+            }
+        }
+        if healed > 0 {
+            for shard in 0..stored.definition.shards {
+                self.ports.live.bump_epoch(&stored.definition.coupon_id, shard).await?;
+            }
+            r.causes.push(format!(
+                "{healed} shard(s) were behind the stored definition (version {}); applied",
+                stored.version
+            ));
+        }
+        Ok(())
+    }
+
+    /// Leaves out of `grants` every grant whose shards (the unit's, and the
+    /// user's home shard, which holds the request's record and the user's
+    /// count) no replica has acknowledged: a failover now would roll them
+    /// back, and a coupon issued for one would hold a unit the promoted
+    /// replica sells again. They stay in the outbox for the next run. So
+    /// does every grant of a shard that is no longer current (its server
+    /// restarted, or it was lost, since this pass read its outbox): the
+    /// state now may have forgotten the grant, and sell its unit again.
+    pub(super) async fn keep_unreplicated(
+        &self,
+        def: &CouponDefinition,
+        grants: &mut Vec<Grant>,
+        r: &mut CouponReport,
+        now: i64,
+    ) {
+        let mut acked: HashMap<u32, bool> = HashMap::new();
+        let mut kept = 0;
+        let mut sendable = Vec::with_capacity(grants.len());
+        for grant in grants.drain(..) {
+            let mut ok = true;
+            for shard in [grant.shard, home_shard(&grant.user_id, def.shards)] {
+                let held = match acked.get(&shard) {
+                    Some(&held) => held,
+                    None => {
+                        let held = match self.ports.ledger.replicated(&def.coupon_id, shard).await {
+                            Ok(held) => held,
+                            Err(e) => {
+                                warn!(shard, error = %e, "replica acknowledgement unknown; re-drive waits");
+                                false
+                            }
+                        };
+                        let held = held
+                            && matches!(
+                                self.ports.repair.verify(&def.coupon_id, shard, now, None).await,
+                                Ok(Verification::Current)
+                            );
+                        acked.insert(shard, held);
+                        held
+                    }
+                };
+                ok &= held;
+            }
+            if ok {
+                sendable.push(grant);
+            } else {
+                kept += 1;
+            }
+        }
+        *grants = sendable;
+        if kept > 0 {
+            r.causes.push(format!(
+                "{kept} grant(s) not re-driven: no replica acknowledged their shard yet; the next run tries again"
+            ));
+        }
+    }
+
+    pub(super) async fn finish_stale_borrow(
+        &self,
+        def: &CouponDefinition,
+        shard: u32,
+        user: &UserId,
+        request: &crate::ids::RequestId,
+        now: i64,
+    ) -> Result<Option<Grant>, StoreError> {
+        let claim = Claim {
+            coupon: &def.coupon_id,
+            home_shard: shard,
+            user,
+            level: 0,
+            request,
+            now_ms: now,
+        };
+        if home_shard(user, def.shards) != shard {
+            warn!(%user, shard, "borrow listed on a shard that is not the user's home; dropped");
+            self.ports.ledger.settle(&claim, BorrowEnd::AllEmpty).await?;
+            return Ok(None);
+        }
+        let Some(Recorded::Borrowing { ordinal }) = self.ports.ledger.recorded(&claim).await? else {
+            // Settled meanwhile, or its record expired: settle only clears
+            // the listing then.
+            self.ports.ledger.settle(&claim, BorrowEnd::AllEmpty).await?;
+            return Ok(None);
+        };
+        let outcome = finish_borrow(
+            self.ports.ledger.as_ref(),
+            self.ports.metrics.as_ref(),
+            &claim,
+            def.shards,
+            ordinal,
+        )
+        .await?;
+        Ok(outcome
+            .ok()
+            .map(|rec| rec.into_grant(def.coupon_id.clone(), user.clone(), request.clone())))
+    }
+
+    /// Rebuilds the lost shards from DynamoDB once the figures it restores
+    /// from agree: one definition version throughout the pass, and a
+    /// `by-coupon` index that lists every coupon the counters count. The
+    /// lost shards share the total less what the others hold.
+    pub(super) async fn rebuild(
+        &self,
+        stored: &StoredCoupon,
+        surviving: Surviving,
+        missing: &[u32],
+        gate: &mut Gate,
+        r: &mut CouponReport,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let def = &stored.definition;
+        let coupon = &def.coupon_id;
+        // The lost shards get the total less what the others hold, so both
+        // must come from one definition version: a change committed during
+        // this pass (read again just below) or applied to a shard that was
+        // not yet at the version read would be counted in one and not the
+        // other. The next pass reads both afresh (and heals the shards
+        // behind first).
+        let latest = self.ports.facts.stored(coupon).await?.unwrap_or_else(|| stored.clone());
+        let Surviving { held, other_version } = surviving;
+        if other_version > 0 || latest.version != stored.version {
+            r.shards_waiting += missing.len() as u32;
+            r.causes.push(format!(
+                "{} shard(s) have no Redis state; the definition moved during this pass (version {} read, {} now, {other_version} shard(s) at another), so the rebuild waits for the next one",
+                missing.len(),
+                stored.version,
+                latest.version
+            ));
+            return Ok(());
+        }
+        let restorable = figures::restorable(def.total_stock, held, r);
+        // Who holds what comes from the by-coupon index, which DynamoDB
+        // reads only eventually consistently, and reads now, as the queue
+        // has just drained: the index is at its furthest behind. A holder
+        // it misses would come back with a count one short and win their
+        // own ordinal again. The counters (read consistently, just before)
+        // say how many coupons it must list; until it lists them all, the
+        // lost shards wait.
+        let counted = self.ports.facts.issued(coupon).await?;
+        let holdings = self.ports.facts.holdings(coupon).await?;
+        let indexed: u64 = holdings.values().map(|held| held.len() as u64).sum();
+        if indexed < counted {
+            r.shards_waiting += missing.len() as u32;
+            r.causes.push(format!(
+                "{} shard(s) have no Redis state; the by-coupon index lists {indexed} of the {counted} coupon(s) issued, so the rebuild waits for it to catch up",
+                missing.len()
+            ));
+            return Ok(());
+        }
+        if !self.enter(def, gate, r).await? {
+            return Ok(());
+        }
+        let restored = self
+            .restore_lost(&latest, missing, restorable, &holdings, r, now)
+            .await?;
+        if r.shards_rebuilt > 0 {
+            // A change committed after `latest` was read found these shards
+            // missing: apply whatever is stored now (a no-op if nothing moved).
+            let now_stored = self.ports.facts.stored(coupon).await?.unwrap_or(latest);
+            for &shard in missing {
+                self.ports.live.apply_shard(&now_stored, shard).await?;
+            }
+            for shard in 0..def.shards {
+                self.ports.repair.bump_epoch(coupon, shard).await?;
+            }
+            self.ports.facts.record_rebuild(coupon, now, restored).await?;
+            r.restored = restored;
+            r.causes.push(format!(
+                "Redis lost {} shard(s); rebuilt from DynamoDB with {restored} unit(s) and {} holder(s)",
+                r.shards_rebuilt,
+                holdings.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Writes each lost shard afresh: its share of `restorable`, its
+    /// holders' counts and request outcomes, and a grant sequence above
+    /// anything it minted. The units restored.
+    async fn restore_lost(
+        &self,
+        latest: &StoredCoupon,
+        missing: &[u32],
+        restorable: u64,
+        holdings: &Holdings,
+        r: &mut CouponReport,
+        now: i64,
+    ) -> Result<u64, StoreError> {
+        let def = &latest.definition;
+        let marks = self.ports.facts.high_water(&def.coupon_id).await?;
+        let mut restored = 0;
+        for (&shard, share) in missing.iter().zip(figures::split(restorable, missing.len())) {
+            let holders: Vec<(UserId, Vec<Held>)> = holdings
+                .iter()
+                .filter(|(user, _)| home_shard(user, def.shards) == shard)
+                .map(|(u, held)| (u.clone(), held.clone()))
+                .collect();
+            // New grant ids start at the current time in ms: far above any
+            // sequence the lost shard minted since it was created, and small
+            // enough (13 digits) that Lua's `%.14g` number formatting keeps
+            // it exact. A shard rebuilt before started at the time then and
+            // may have minted more grants than milliseconds have passed:
+            // never below its durable mark, the highest sequence issued.
+            let mark = marks.get(&shard).copied().unwrap_or(0);
+            let seq_base = (now.max(0) as u64).max(mark + 1);
+            if self
+                .ports
+                .repair
+                .restore_shard(latest, shard, share, seq_base, &holders, now)
+                .await?
+            {
+                r.shards_rebuilt += 1;
+                restored += share;
+            }
+        }
+        Ok(restored)
+    }
+}

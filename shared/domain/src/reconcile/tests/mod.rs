@@ -1,0 +1,272 @@
+//! The reconciler against in-memory ports: what it re-drives, trims,
+//! rebuilds and restores, and what it leaves alone.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::coupon::CouponDefinition;
+use crate::coupon::CouponStatus;
+use crate::grant::Grant;
+use crate::ids::UserId;
+use crate::ids::{CouponId, RequestId};
+use crate::metrics::RecordingMetrics;
+use crate::reconcile::ports::OutboxEntry;
+use crate::testing::{FakeRedrive, MemoryFacts, MemoryShards, ScriptedLedger};
+
+mod rebuilds;
+mod restarts;
+mod waits;
+
+const NOW: i64 = 1_000_000;
+const GRACE: i64 = 30_000;
+const SEND_WINDOW: i64 = 3_000;
+
+struct World {
+    facts: Arc<MemoryFacts>,
+    shards: Arc<MemoryShards>,
+    queue: Arc<FakeRedrive>,
+    metrics: Arc<RecordingMetrics>,
+    reconciler: Reconciler,
+}
+
+fn world() -> World {
+    world_with(ScriptedLedger::default())
+}
+
+fn world_with(ledger: ScriptedLedger) -> World {
+    world_windowed(ledger, 0)
+}
+
+/// A world whose reconciler waits `send_window` ms for sends decided before
+/// a loss or a restart (the others: none, so one pass rebuilds).
+fn world_windowed(ledger: ScriptedLedger, send_window: i64) -> World {
+    let facts = Arc::new(MemoryFacts::default());
+    let shards = Arc::new(MemoryShards::default());
+    let queue = Arc::new(FakeRedrive::feeding(facts.clone()));
+    let metrics = Arc::new(RecordingMetrics::default());
+    let reconciler = Reconciler::new(
+        ReconcilePorts {
+            facts: facts.clone(),
+            repair: shards.clone(),
+            ledger: Arc::new(ledger),
+            redrive: queue.clone(),
+            blacklist: facts.clone(),
+            flags: shards.clone(),
+            live: shards.clone(),
+            clock: Arc::new(ManualClock::new(NOW)),
+            metrics: metrics.clone(),
+        },
+        ReconcileSettings {
+            grace_ms: GRACE,
+            retention_ms: 86_400_000,
+            backlog_ms: 600_000,
+            send_window_ms: send_window,
+        },
+    );
+    World {
+        facts,
+        shards,
+        queue,
+        metrics,
+        reconciler,
+    }
+}
+
+fn coupon(total: u64, shards: u32) -> CouponDefinition {
+    CouponDefinition {
+        coupon_id: CouponId::parse("c1").unwrap(),
+        name: "20 off".into(),
+        amount: 2_000,
+        total_stock: total,
+        per_user_limit: 1,
+        min_member_level: 0,
+        grab_start_ms: 0,
+        grab_end_ms: NOW + 3_600_000,
+        valid_from_ms: 0,
+        valid_until_ms: NOW + 86_400_000,
+        shards,
+        rate_per_sec: 0,
+        burst: 0,
+        status: CouponStatus::Online,
+    }
+}
+
+fn grant(seq: u64, shard: u32, user: &str, at: i64) -> Grant {
+    Grant {
+        grant_id: format!("c1-{shard}-{seq}"),
+        coupon_id: CouponId::parse("c1").unwrap(),
+        user_id: UserId::parse(user).unwrap(),
+        ordinal: 1,
+        request_id: RequestId::parse(&format!("r-{user}")).unwrap(),
+        shard,
+        granted_at_ms: at,
+    }
+}
+
+#[tokio::test]
+async fn a_stale_pending_grant_is_redriven_and_a_confirmed_one_trimmed() {
+    let w = world();
+    let def = coupon(10, 1);
+    w.shards.put(&def.coupon_id, 0, 7);
+    let (done, stale, young) = (
+        grant(1, 0, "u1", NOW - 60_000),
+        grant(2, 0, "u2", NOW - 60_000),
+        grant(3, 0, "u3", NOW - 1_000),
+    );
+    for g in [&done, &stale, &young] {
+        w.shards.push(g);
+    }
+    w.facts.issue(&done);
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!(
+        *w.queue.sent.lock().unwrap(),
+        vec![stale],
+        "only the stale, unconfirmed grant"
+    );
+    assert_eq!((r.trimmed, r.pending, r.redriven), (1, 2, 1));
+    assert_eq!(w.shards.state(&def.coupon_id, 0).unwrap().outbox.len(), 2);
+    assert_eq!((r.remaining, r.issued, r.drift), (7, 1, 0));
+}
+
+#[tokio::test]
+async fn lost_blacklist_flags_come_back_but_never_one_an_operator_lifted() {
+    let w = world();
+    let (kept, lifted) = (UserId::parse("bad").unwrap(), UserId::parse("forgiven").unwrap());
+    w.facts.blacklist.lock().unwrap().extend([kept.clone(), lifted.clone()]);
+    w.facts.lift_after_restore.lock().unwrap().insert(lifted.clone());
+
+    let report = w.reconciler.run().await.unwrap();
+
+    assert_eq!(report.blacklist_restored, 1);
+    let flags = w.shards.flags.lock().unwrap();
+    assert!(flags.contains(&kept));
+    assert!(!flags.contains(&lifted), "the lifted user's flag was cleared again");
+}
+
+#[tokio::test]
+async fn a_run_visits_live_coupons_and_skips_those_past_retention() {
+    let w = world();
+    let live = coupon(1, 1);
+    let mut old = coupon(1, 1);
+    old.coupon_id = CouponId::parse("old").unwrap();
+    old.grab_end_ms = NOW - 2 * 86_400_000;
+    w.shards.put(&live.coupon_id, 0, 1);
+    w.facts.definitions.lock().unwrap().extend([live.clone(), old]);
+
+    let report = w.reconciler.run().await.unwrap();
+
+    assert_eq!(report.coupons.len(), 1);
+    assert!(find(&report, &live.coupon_id).is_some());
+    assert!(report.is_clean());
+    // The dashboard's remaining stock, per live coupon, every run.
+    assert_eq!(w.metrics.total_for("StockRemaining", "c1"), 1);
+    assert_eq!(w.metrics.total_for("StockRemaining", "old"), 0);
+}
+
+#[tokio::test]
+async fn a_shard_behind_the_stored_definition_is_brought_up_to_it() {
+    let w = world();
+    let mut def = coupon(10, 2);
+    def.status = CouponStatus::Offline;
+    w.facts.definitions.lock().unwrap().push(def.clone());
+    w.facts.versions.lock().unwrap().insert(def.coupon_id.clone(), 3);
+    w.shards.put(&def.coupon_id, 0, 5);
+    w.shards.put(&def.coupon_id, 1, 5);
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    for shard in 0..2 {
+        let s = w.shards.state(&def.coupon_id, shard).unwrap();
+        assert_eq!((s.version, s.status), (3, Some(CouponStatus::Offline)), "shard {shard}");
+        assert_eq!(s.epochs, 1, "two phases: every epoch after every shard");
+    }
+    assert!(r.causes.iter().any(|c| c.contains("behind the stored definition")));
+    let again = w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert!(
+        again.causes.is_empty(),
+        "a current shard is left alone: {:?}",
+        again.causes
+    );
+}
+
+/// A grant waiting in a normal queue backlog is not sent a second time every
+/// pass; once the queue is empty, one that DynamoDB still lacks was never
+/// sent, and goes at once.
+#[tokio::test]
+async fn a_pending_grant_is_re_driven_at_once_only_when_the_queue_is_empty() {
+    let w = world();
+    let def = coupon(10, 1);
+    w.shards.put(&def.coupon_id, 0, 9);
+    w.shards.push(&grant(1, 0, "waiting", NOW - 60_000));
+
+    *w.queue.in_flight.lock().unwrap() = Some(40);
+    let backlog = w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert_eq!((backlog.pending, backlog.redriven), (1, 0), "it may be in the backlog");
+
+    *w.queue.in_flight.lock().unwrap() = Some(0);
+    let empty = w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert_eq!((empty.pending, empty.redriven), (1, 1), "never sent: re-driven");
+
+    *w.queue.in_flight.lock().unwrap() = Some(40);
+    let old = w.reconciler.coupon(&def, NOW + 600_000).await.unwrap();
+    assert_eq!(old.redriven, 1, "past the backlog horizon it goes anyway");
+}
+
+/// A grab that found the coupon's Redis state gone asks for a repair: the
+/// named coupon is rebuilt at once, an unknown one is skipped, and a
+/// rebuild that must wait for the queue says so (the request is retried).
+#[tokio::test]
+async fn a_repair_request_rebuilds_the_named_coupon_or_says_it_waits() {
+    let w = world();
+    let def = coupon(10, 1);
+    w.facts.definitions.lock().unwrap().push(def.clone());
+    let unknown = CouponId::parse("never-created").unwrap();
+
+    *w.queue.hold_barriers.lock().unwrap() = true;
+    let waiting = w
+        .reconciler
+        .repair(&[def.coupon_id.clone(), unknown.clone()])
+        .await
+        .unwrap();
+    assert_eq!(waiting.coupons.len(), 1, "the unknown coupon is skipped");
+    assert_eq!(waiting.coupons[0].shards_waiting, 1);
+    assert!(w.shards.state(&def.coupon_id, 0).is_none());
+
+    w.queue.deliver();
+    let repaired = w
+        .reconciler
+        .repair(&[def.coupon_id.clone(), def.coupon_id.clone()])
+        .await
+        .unwrap();
+    assert_eq!(repaired.coupons.len(), 1, "a coupon named twice is repaired once");
+    assert_eq!(
+        (repaired.coupons[0].shards_rebuilt, repaired.coupons[0].shards_waiting),
+        (1, 0)
+    );
+    assert_eq!(w.shards.state(&def.coupon_id, 0).unwrap().stock, 10);
+}
+
+/// A grant whose shard no replica has acknowledged (the replica lags; a
+/// failover now would promote it without the grant) is not re-driven yet:
+/// issued, it would be a coupon for a unit the promoted replica sells
+/// again, and for a user who may never have been told SUCCESS.
+#[tokio::test]
+async fn a_stale_grant_is_re_driven_only_once_a_replica_holds_its_shard() {
+    let w = world_with(ScriptedLedger {
+        unreplicated: true,
+        ..ScriptedLedger::default()
+    });
+    let def = coupon(10, 1);
+    w.shards.put(&def.coupon_id, 0, 7);
+    w.shards.push(&grant(2, 0, "u2", NOW - 60_000));
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert!(w.queue.sent.lock().unwrap().is_empty(), "nothing re-driven");
+    assert_eq!((r.pending, r.redriven), (1, 0));
+    assert!(r.causes.iter().any(|c| c.contains("no replica")), "{:?}", r.causes);
+}

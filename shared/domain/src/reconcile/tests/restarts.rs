@@ -1,0 +1,199 @@
+//! Shards that rolled back or whose server restarted: dropped and rebuilt
+//! when behind the durable mark, selling again unchanged when whole.
+
+use super::*;
+
+/// Redis came back from an old snapshot: shard 0 thinks it minted 2 grants
+/// and has 3 units left, but DynamoDB issued 4 from it (high-water mark 4).
+/// Left alone it would sell 2 issued units again; the pass drops it and
+/// rebuilds it from DynamoDB. Shard 1, not behind, is left alone.
+#[tokio::test]
+async fn a_shard_rolled_back_behind_issued_grants_is_dropped_and_rebuilt() {
+    let w = world();
+    let def = coupon(10, 2);
+    w.shards.put(&def.coupon_id, 0, 3);
+    w.shards
+        .shards
+        .lock()
+        .unwrap()
+        .get_mut(&(def.coupon_id.clone(), 0))
+        .unwrap()
+        .seq = 2;
+    w.shards.put(&def.coupon_id, 1, 5);
+    for seq in 1..=4 {
+        w.facts.issue(&grant(seq, 0, &format!("u{seq}"), NOW - 90_000));
+    }
+    w.facts
+        .high_water
+        .lock()
+        .unwrap()
+        .insert(def.coupon_id.clone(), HashMap::from([(0, 4), (1, 0)]));
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!((r.shards_rolled_back, r.shards_rebuilt), (1, 1), "{r:?}");
+    let rebuilt = w.shards.state(&def.coupon_id, 0).expect("rebuilt");
+    assert_eq!(
+        rebuilt.stock,
+        10 - 4 - 5,
+        "only what DynamoDB and shard 1 do not account for"
+    );
+    assert!(rebuilt.seq > 4, "new grant ids never repeat issued ones");
+    assert_eq!(w.shards.state(&def.coupon_id, 1).unwrap().stock, 5);
+    assert_eq!(r.drift, 0, "{r:?}");
+    assert!(r.causes.iter().any(|c| c.contains("rolled back")), "{:?}", r.causes);
+
+    // The next pass finds the rebuilt shard ahead of the mark: nothing to do.
+    let again = w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert_eq!((again.shards_rolled_back, again.shards_rebuilt), (0, 0));
+}
+
+/// Grants 1..=`seq` of shard 0 issued (to users u1, u2, ...), and the
+/// shard's durable mark at `seq`, as the issuer leaves them.
+fn issued_on_shard_0(w: &World, def: &CouponDefinition, seq: u64) {
+    for n in 1..=seq {
+        w.facts.issue(&grant(n, 0, &format!("u{n}"), NOW - 90_000));
+    }
+    w.facts
+        .high_water
+        .lock()
+        .unwrap()
+        .insert(def.coupon_id.clone(), HashMap::from([(0, seq)]));
+}
+
+/// A restarted shard whose sequence has not yet fallen behind its mark
+/// (the issuer is behind, or traffic moved it past) may still have rolled
+/// back: it is judged only once the mark is final (the send window over,
+/// the queue empty), and then by that comparison.
+fn restarted(w: &World, def: &CouponDefinition, shard: u32, seq: u64) {
+    let mut shards = w.shards.shards.lock().unwrap();
+    let s = shards.get_mut(&(def.coupon_id.clone(), shard)).unwrap();
+    s.seq = seq;
+    s.restarted = Some(None);
+}
+
+#[tokio::test]
+async fn a_restarted_shard_is_judged_only_once_its_coupon_s_barriers_came_through_every_lane() {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(10, 2);
+    w.shards.put(&def.coupon_id, 0, 5);
+    w.shards.put(&def.coupon_id, 1, 5);
+    restarted(&w, &def, 0, 2);
+    issued_on_shard_0(&w, &def, 2);
+
+    let first = w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert_eq!((first.shards_waiting, first.shards_rolled_back), (1, 0), "{first:?}");
+    assert!(
+        first
+            .causes
+            .iter()
+            .any(|c| c.contains("sends decided before the fault")),
+        "{:?}",
+        first.causes
+    );
+
+    // The window is over, but a grant is still on its way ahead of the
+    // barriers: it may be one the shard forgot, and raise the mark.
+    *w.queue.hold_barriers.lock().unwrap() = true;
+    let later = NOW + SEND_WINDOW;
+    let waiting = w.reconciler.coupon(&def, later).await.unwrap();
+    assert_eq!(
+        (waiting.shards_waiting, waiting.shards_rolled_back),
+        (1, 0),
+        "{waiting:?}"
+    );
+    assert!(w.shards.state(&def.coupon_id, 0).unwrap().restarted.is_some());
+
+    // It was one the snapshot lacked: the mark moves past the shard.
+    w.facts.issue(&grant(3, 0, "u3", NOW - 1_000));
+    w.facts
+        .high_water
+        .lock()
+        .unwrap()
+        .insert(def.coupon_id.clone(), HashMap::from([(0, 3)]));
+    w.queue.deliver();
+    let judged = w.reconciler.coupon(&def, later).await.unwrap();
+    assert_eq!(
+        (judged.shards_waiting, judged.shards_rolled_back, judged.shards_rebuilt),
+        (0, 1, 1),
+        "{judged:?}"
+    );
+    let rebuilt = w.shards.state(&def.coupon_id, 0).unwrap();
+    assert_eq!(rebuilt.stock, 10 - 3 - 5, "{judged:?}");
+    assert!(rebuilt.seq > 3 && rebuilt.restarted.is_none());
+}
+
+#[tokio::test]
+async fn a_restarted_shard_that_holds_every_issued_grant_sells_again_unchanged() {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(10, 1);
+    w.shards.put(&def.coupon_id, 0, 7);
+    restarted(&w, &def, 0, 3);
+    issued_on_shard_0(&w, &def, 3);
+
+    assert_eq!(w.reconciler.coupon(&def, NOW).await.unwrap().shards_waiting, 1);
+    let r = w.reconciler.coupon(&def, NOW + SEND_WINDOW).await.unwrap();
+
+    assert_eq!(
+        (r.shards_waiting, r.shards_rolled_back, r.shards_rebuilt),
+        (0, 0, 0),
+        "{r:?}"
+    );
+    let shard = w.shards.state(&def.coupon_id, 0).unwrap();
+    assert_eq!((shard.stock, shard.seq, shard.restarted), (7, 3, None));
+    assert!(r.causes.iter().any(|c| c.contains("sells again")), "{:?}", r.causes);
+}
+
+/// A restarted shard may hold units the other shards saw it without (sold
+/// after its snapshot under grants never sent, which come back rightly):
+/// a borrow that found every shard empty stamped them sold out, and those
+/// stamps would refuse presses a borrow from it could serve.
+#[tokio::test]
+async fn a_restarted_shard_confirmed_with_stock_voids_every_sold_out_stamp() {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(10, 2);
+    w.shards.put(&def.coupon_id, 0, 4);
+    w.shards.put(&def.coupon_id, 1, 0);
+    restarted(&w, &def, 0, 3);
+    issued_on_shard_0(&w, &def, 3);
+
+    w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert_eq!(w.shards.state(&def.coupon_id, 1).unwrap().epochs, 0, "not judged yet");
+    let r = w.reconciler.coupon(&def, NOW + SEND_WINDOW).await.unwrap();
+
+    assert!(r.causes.iter().any(|c| c.contains("sells again")), "{:?}", r.causes);
+    for shard in 0..2 {
+        assert_eq!(
+            w.shards.state(&def.coupon_id, shard).unwrap().epochs,
+            1,
+            "shard {shard}"
+        );
+    }
+}
+
+/// A shard rebuilt once starts its sequence at the time then; a hot sale
+/// can then mint more grants than milliseconds pass, so when it is lost
+/// again its durable mark may be ahead of the clock. Starting at "now"
+/// would mint grant ids already issued.
+#[tokio::test]
+async fn a_shard_rebuilt_again_starts_its_sequence_above_its_mark_even_when_the_clock_is_behind_it() {
+    let w = world();
+    let def = coupon(10, 1);
+    let mark = NOW as u64 + 5_000;
+    w.facts.issue(&grant(mark, 0, "u1", NOW - 90_000));
+    w.facts
+        .high_water
+        .lock()
+        .unwrap()
+        .insert(def.coupon_id.clone(), HashMap::from([(0, mark)]));
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!(r.shards_rebuilt, 1, "{r:?}");
+    let rebuilt = w.shards.state(&def.coupon_id, 0).expect("rebuilt");
+    assert!(
+        rebuilt.seq > mark,
+        "the next grant id ({}) must be above every issued one ({mark})",
+        rebuilt.seq
+    );
+}
