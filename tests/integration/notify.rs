@@ -150,7 +150,7 @@ async fn a_bus_that_takes_nothing_leaves_every_record_to_the_stream_and_nothing_
     let notifier = wire(Clients {
         bus: Arc::new(EventBridgeBus::new(
             coupon_adapters::eventbridge::Client::from_conf(refusing),
-            &unique("bus"),
+            unique("bus"),
         )),
         metrics: Arc::new(RecordingMetrics::default()),
     });
