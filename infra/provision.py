@@ -26,10 +26,6 @@ from localenv import aws
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def client(service):
-    return aws(service)
-
-
 def gsi_spec(g):
     return {
         "IndexName": g["name"],
@@ -150,7 +146,7 @@ def main():
     parser.add_argument("--env-file", default=os.environ.get("STACK_ENV") or str(ROOT / ".local" / "stack.env"))
     args = parser.parse_args()
     resources = json.loads((ROOT / "infra" / "resources.json").read_text())
-    ddb, sqs = client("dynamodb"), client("sqs")
+    ddb, sqs = aws("dynamodb"), aws("sqs")
     env = {}
     for spec in resources["tables"].values():
         env[spec["env"]] = ensure_table(ddb, spec, args.prefix)
@@ -162,7 +158,7 @@ def main():
         dlq_arn = arns.get(spec.get("deadLetterQueue"))
         url, arns[logical] = ensure_queue(sqs, spec, dlq_arn, args.prefix)
         env[spec["env"]] = url
-    events = client("events")
+    events = aws("events")
     for spec in resources.get("buses", {}).values():
         env[spec["env"]] = ensure_bus(events, sqs, spec, arns, args.prefix)
     out = pathlib.Path(args.env_file)
