@@ -44,7 +44,7 @@ if "$REDIS_CLI" -p "${REDIS_CLUSTER_PORTS%% *}" cluster info 2>/dev/null | grep 
 fi
 
 echo "== building (profile bench-fast)"
-cargo build -q --profile bench-fast -p coupon-bench -p grab -p issuer -p reconciler -p wallet -p admin
+cargo build -q --profile bench-fast -p coupon-bench -p grab -p issuer -p reconciler -p wallet -p admin -p notifier
 echo "== running the benchmark"
 target/bench-fast/bench
 if [ -n "${BENCH_ONLY:-}" ]; then

@@ -20,7 +20,7 @@ import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FUNCTIONS = ["grab", "wallet", "admin", "issuer", "reconciler"]
+FUNCTIONS = ["grab", "wallet", "admin", "issuer", "reconciler", "notifier"]
 
 
 def fixture(name):
@@ -42,6 +42,7 @@ def events():
         "admin": admin,
         "issuer": {"Records": []},
         "reconciler": {},
+        "notifier": fixture("notifier_stream.json"),
     }
 
 
@@ -180,22 +181,29 @@ def main():
         size = f"{sizes[f] / 1e6:.1f} MB" if sizes else how
         print(f"  {f:<11} cold start {cold[f]:>7.1f} ms   arm64 release {size}")
     print(f"wrote {out / 'summary.json'}")
-    # (figure, bound, "at least" or "at most")
+    # Ratios of two runs on this machine: they move with the machine (two
+    # machines of one kind gave 22.3 and 4.1 for the lock baseline), so they
+    # are reported, not judged (docs/performance.md).
+    print("  ratios (this machine, this run; not targets):")
+    for name in ("grab_vs_redis_benchmark", "grab_vs_lock_baseline", "soldout_speedup"):
+        print(f"    {name:<29} {summary[name]:8.2f}")
+    # What a press costs Redis, the same on any machine: what sizes a
+    # campaign's cluster. (figure, bound, "at most")
+    print("  costs per press (targets):")
     checks = {
-        "grab_vs_redis_benchmark": (summary["grab_vs_redis_benchmark"], 0.85, ">="),
-        "grab_vs_lock_baseline": (summary["grab_vs_lock_baseline"], 10, ">="),
-        "soldout_speedup": (summary["soldout_speedup"], 5, ">="),
-        "redis_round_trips_per_loser": (summary["redis_round_trips_per_loser"], 1, "<="),
-        "redis_round_trips_per_winner": (summary["redis_round_trips_per_winner"], 3, "<="),
-        "redis_cpu_us_per_refusal": (summary["redis_cpu_us_per_refusal"], 25, "<="),
+        "redis_round_trips_per_loser": (summary["redis_round_trips_per_loser"], 1),
+        "redis_round_trips_per_winner": (summary["redis_round_trips_per_winner"], 3),
+        "redis_cpu_us_per_refusal": (summary["redis_cpu_us_per_refusal"], 25),
     }
-    for name, (value, bound, way) in checks.items():
-        met = value >= bound if way == ">=" else value <= bound
-        mark = "ok" if met else "MISSED"
-        print(f"  {name:<29} {value:8.2f}  target {way} {bound:<5} {mark}")
-    print(f"  oversell                   {summary['oversell']:8d}")
+    missed = [name for name, (value, bound) in checks.items() if value > bound]
+    for name, (value, bound) in checks.items():
+        print(f"    {name:<29} {value:8.2f}  target <= {bound:<5} {'MISSED' if name in missed else 'ok'}")
+    print(f"  oversell                      {summary['oversell']:8d}")
     if summary["oversell"] != 0:
         sys.exit(1)
+    # Round trips are counted, not timed: a miss is a change in the code.
+    if any(name.startswith("redis_round_trips") for name in missed):
+        sys.exit("bench: a press costs more round trips than its target")
 
 
 if __name__ == "__main__":

@@ -117,9 +117,11 @@ def serve(extra):
     """The functions under cargo lambda watch (as `make up` serves them)."""
     refuse_if_taken(PORT)
     log = open(ROOT / ".local" / "chaos-watch.log", "w")
-    env = dict(os.environ, LAMBDA_PORT=str(PORT), REDIS_URL=extra["REDIS_URL"],
-               AWS_ENDPOINT_URL_SQS=extra["AWS_ENDPOINT_URL_SQS"])
-    flags = [arg for k, v in extra.items() if k != "REDIS_URL" for arg in ("--env-var", f"{k}={v}")]
+    env_passed = ("REDIS_URL", "AWS_ENDPOINT_URL_SQS")
+    env = dict(os.environ, LAMBDA_PORT=str(PORT), **{k: extra[k] for k in env_passed})
+    # serve.sh passes REDIS_URL and the per-service endpoints on from its
+    # environment; the rest as flags.
+    flags = [arg for k, v in extra.items() if k not in env_passed for arg in ("--env-var", f"{k}={v}")]
     proc = subprocess.Popen(
         ["bash", str(ROOT / "infra" / "serve.sh"), "--ignore-changes", *flags],
         stdout=log,

@@ -11,7 +11,9 @@
 //!    their way (`wait.rs`): with any shard lost or restarted, a per-coupon
 //!    barrier episode is opened, its barriers sent once the send window
 //!    has passed, and repairs of the shards it covers allowed once every
-//!    lane has acknowledged. A shard whose Redis server restarted since it
+//!    lane has acknowledged; no episode when DynamoDB holds every unit of
+//!    the coupon (nothing can be on its way). A shard whose Redis server
+//!    restarted since it
 //!    was stamped (it sells nothing until then) is checked then: behind
 //!    its mark, or out of stock, it is dropped; otherwise stamped again,
 //!    and every epoch bumped.

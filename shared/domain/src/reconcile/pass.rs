@@ -17,6 +17,7 @@ use super::{figures, CouponReport, Reconciler, Surviving};
 /// (`how`: how it came to, for the cause's text).
 fn rolled_back(r: &mut CouponReport, shard: u32, mark: u64, how: &str) {
     warn!(
+        coupon = %r.coupon_id,
         shard,
         high_water = mark,
         "shard{how} rolled back behind issued grants; dropped for the rebuild"
@@ -303,8 +304,23 @@ impl Reconciler {
         let marks = self.ports.facts.high_water(coupon).await?;
         let mut confirmed = 0;
         for (shard, _) in suspects {
-            let mark = marks.get(&shard).copied().unwrap_or(0);
+            // With every unit issued, stock left on a restarted shard can
+            // only be a rollback's (and a mark may still rise under a grant
+            // the cap will reject): each is dropped, and rebuilt empty.
+            let mark = match gate.all_issued() {
+                true => u64::MAX,
+                false => marks.get(&shard).copied().unwrap_or(0),
+            };
             match self.ports.repair.verify(coupon, shard, now, Some(mark)).await? {
+                Verification::Dropped if mark == u64::MAX => {
+                    info!(
+                        shard,
+                        "restarted shard of a coupon whose every unit is issued; rebuilt from DynamoDB"
+                    );
+                    r.causes.push(format!(
+                        "shard {shard} restarted; every unit is issued, so it is dropped and rebuilt from DynamoDB"
+                    ));
+                }
                 Verification::Dropped => {
                     rolled_back(r, shard, mark, " restarted and");
                 }

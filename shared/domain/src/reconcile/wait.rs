@@ -25,6 +25,14 @@
 //!    episode (later, never wrong). A shard found lost or
 //!    restarted later needs an episode of its own, since its grants may
 //!    have been sent after these barriers.
+//!
+//! No episode at all for a coupon whose every unit DynamoDB holds already
+//! (its capped counters sum to the total stock): no grant of it can be on
+//! its way that a rebuild would miss (one would meet the cap and be
+//! rejected, whatever the wait), so its shards are repaired at once. After
+//! a snapshot restore or a lost node, that is most coupons (the sales that
+//! sold out), and their SOLD_OUT comes back within one pass, with no
+//! barriers in the queue ahead of the sales that still sell.
 
 use tracing::{info, warn};
 
@@ -48,8 +56,8 @@ pub(super) enum Gate {
     /// or restarted has arrived: this pass may check and rebuild them (and
     /// only them), once it has closed the episode ([`Reconciler::enter`]).
     Passed {
-        /// The episode.
-        id: String,
+        /// The episode; `None` when none is needed (every unit issued).
+        id: Option<String>,
         /// The shards it covers.
         shards: Vec<u32>,
         /// True once this pass closed it.
@@ -61,6 +69,12 @@ impl Gate {
     /// True if `shard` may be repaired this pass.
     pub(super) fn lets(&self, shard: u32) -> bool {
         matches!(self, Self::Passed { shards, .. } if shards.contains(&shard))
+    }
+
+    /// True if the gate passed because DynamoDB holds every unit of the
+    /// coupon (no episode): nothing can be on its way.
+    pub(super) fn all_issued(&self) -> bool {
+        matches!(self, Self::Passed { id: None, .. })
     }
 
     /// `shard` sells again (confirmed by its check): should it be lost
@@ -92,6 +106,19 @@ impl Reconciler {
             }
             return Ok(Gate::Clear);
         }
+        if self.ports.facts.issued(coupon).await? >= def.total_stock {
+            // Nothing on its way to wait for. An open episode is closed
+            // first: it must not vouch for a later fault.
+            if let Some(rec) = current {
+                self.ports.facts.close_barrier(coupon, &rec.id).await?;
+            }
+            info!(coupon = %coupon, shards = ?affected, "shards lost or restarted; every unit is issued, so nothing is on its way: repaired now");
+            return Ok(Gate::Passed {
+                id: None,
+                shards: affected,
+                closed: true,
+            });
+        }
         let Some(rec) = self.episode(coupon, current, &affected, now).await? else {
             return Ok(self.waiting(r, &affected, "another reconciler pass is opening its wait"));
         };
@@ -121,7 +148,7 @@ impl Reconciler {
             ));
         }
         Ok(Gate::Passed {
-            id: rec.id,
+            id: Some(rec.id),
             shards: rec.shards,
             closed: false,
         })
@@ -214,9 +241,9 @@ impl Reconciler {
         let Gate::Passed { id, shards, closed } = gate else {
             return Ok(false);
         };
-        if *closed {
+        let Some(id) = id.as_ref().filter(|_| !*closed) else {
             return Ok(true);
-        }
+        };
         if self.ports.facts.close_barrier(&def.coupon_id, id).await? {
             *closed = true;
             return Ok(true);

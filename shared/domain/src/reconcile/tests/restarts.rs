@@ -197,3 +197,30 @@ async fn a_shard_rebuilt_again_starts_its_sequence_above_its_mark_even_when_the_
         rebuilt.seq
     );
 }
+
+/// A restarted shard of a coupon whose every unit is issued: nothing can
+/// be on its way, so it is judged in the pass that finds it; and any stock
+/// it holds can only be a rollback's (its sequence may still be level with
+/// a mark that a grant the cap will reject has yet to raise). It is dropped
+/// and rebuilt empty, never confirmed with units that are not there.
+#[tokio::test]
+async fn a_restarted_shard_of_a_coupon_whose_every_unit_is_issued_is_rebuilt_empty_at_once() {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(3, 1);
+    w.shards.put(&def.coupon_id, 0, 2);
+    restarted(&w, &def, 0, 3);
+    issued_on_shard_0(&w, &def, 3);
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!((r.shards_waiting, r.shards_rebuilt), (0, 1), "{r:?}");
+    let shard = w.shards.state(&def.coupon_id, 0).expect("rebuilt");
+    assert_eq!((shard.stock, shard.restarted), (0, None));
+    assert!(shard.seq > 3, "new grant ids never repeat issued ones");
+    assert_eq!(*w.queue.barriers_sent.lock().unwrap(), 0);
+    assert!(
+        r.causes.iter().any(|c| c.contains("every unit is issued")),
+        "{:?}",
+        r.causes
+    );
+}

@@ -161,3 +161,47 @@ async fn a_wait_is_dated_when_the_pass_reaches_the_coupon_not_when_the_run_began
         (NOW, NOW + SEND_WINDOW, None)
     );
 }
+
+/// Every unit of the coupon is in DynamoDB: no grant of it can be on its
+/// way that a rebuild would miss (one would meet the cap), so its lost
+/// shard is rebuilt in the pass that finds it, with no barrier in the
+/// queue ahead of the sales that still sell. After a lost node, the sold-out
+/// sales answer SOLD_OUT again within one pass.
+#[tokio::test]
+async fn a_lost_shard_of_a_coupon_whose_every_unit_is_issued_is_rebuilt_at_once_without_barriers() {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(3, 1);
+    for seq in 1..=3 {
+        w.facts.issue(&grant(seq, 0, &format!("u{seq}"), NOW - 1_000));
+    }
+    *w.queue.hold_barriers.lock().unwrap() = true;
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!((r.shards_waiting, r.shards_rebuilt, r.restored), (0, 1, 0), "{r:?}");
+    assert_eq!(w.shards.state(&def.coupon_id, 0).expect("rebuilt").stock, 0);
+    assert_eq!(*w.queue.barriers_sent.lock().unwrap(), 0);
+    assert!(w.facts.barriers.lock().unwrap().is_empty(), "no episode");
+}
+
+/// A wait opened while a unit was still on its way is closed once that
+/// unit reached DynamoDB and so every unit has: the shard is rebuilt then,
+/// and the episode cannot vouch for a later loss.
+#[tokio::test]
+async fn a_wait_opened_before_the_last_unit_arrived_is_closed_when_it_does() {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(3, 1);
+    for seq in 1..=2 {
+        w.facts.issue(&grant(seq, 0, &format!("u{seq}"), NOW - 1_000));
+    }
+    *w.queue.hold_barriers.lock().unwrap() = true;
+    let waiting = w.reconciler.coupon(&def, NOW).await.unwrap();
+    assert_eq!((waiting.shards_waiting, waiting.shards_rebuilt), (1, 0), "{waiting:?}");
+    assert!(w.facts.barriers.lock().unwrap().contains_key(&def.coupon_id));
+
+    w.facts.issue(&grant(3, 0, "u3", NOW - 1_000));
+    let r = w.reconciler.coupon(&def, NOW + 1_000).await.unwrap();
+
+    assert_eq!((r.shards_waiting, r.shards_rebuilt, r.restored), (0, 1, 0), "{r:?}");
+    assert!(w.facts.barriers.lock().unwrap().is_empty(), "the episode is closed");
+}
