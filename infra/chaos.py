@@ -77,13 +77,11 @@ import sys
 import threading
 import time
 
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import pump as pumpmod  # noqa: E402
-import report as reportmod  # noqa: E402
-from faults import Engine, LambdaHost, RedisPair, SqsFaults, env_file  # noqa: E402
-from ledger import holders, ledger, rejected_ids  # noqa: E402
-from localenv import port  # noqa: E402
+import pump as pumpmod
+import report as reportmod
+from faults import Engine, LambdaHost, RedisPair, SqsFaults, env_file
+from ledger import holders, ledger, rejected_ids
+from localenv import port
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"

@@ -33,8 +33,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
-sys.path.insert(0, str(ROOT / "infra"))
-from localenv import port  # noqa: E402
+from localenv import port
 
 PORT = port("CONTRACT_LAMBDA_PORT")
 AWS_PORT = port("CONTRACT_AWS_PORT")

@@ -38,12 +38,10 @@ import subprocess
 import sys
 import threading
 import time
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import pump as pumpmod  # noqa: E402
-import report as reportmod  # noqa: E402
-from ledger import holders, ledger  # noqa: E402
-from localenv import aws, port  # noqa: E402
+import pump as pumpmod
+import report as reportmod
+from ledger import holders, ledger
+from localenv import aws, port
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HOST, PORT = "127.0.0.1", port("LAMBDA_PORT")

@@ -1,10 +1,7 @@
 """The availability figures `make chaos` reports beside the promise: what
 the users could not do during a fault, computed from the answers heard."""
-import pathlib
-import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-import chaos  # noqa: E402
+import chaos
 
 
 def test_the_longest_stretch_of_undecided_answers_runs_from_the_first_busy_to_the_next_decision():

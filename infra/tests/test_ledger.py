@@ -3,14 +3,11 @@ coupon's user coupons through the `by-coupon` index and its rejections in
 the coupon's partition, every page of them. Against the local stack's own
 tables."""
 import os
-import pathlib
-import sys
 import uuid
 
 import boto3
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from ledger import holders, ledger, rejected_ids  # noqa: E402
+from ledger import holders, ledger, rejected_ids
 
 
 def test_the_ledger_reads_every_coupon_and_rejection_of_one_coupon_and_nothing_else():

@@ -5,10 +5,8 @@ honours a service's own endpoint before the shared one."""
 import os
 import pathlib
 import subprocess
-import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from localenv import aws  # noqa: E402
+from localenv import aws
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -7,16 +7,13 @@ DynamoDB Streams (the local endpoint); the function's invocation is
 replaced by one the test controls."""
 import json
 import os
-import sys
 import urllib.error
-import pathlib
 import uuid
 
 import boto3
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-import pump  # noqa: E402
+import pump
 
 
 @pytest.fixture

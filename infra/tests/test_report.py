@@ -3,16 +3,13 @@ Chromium (Debian's `chromium`, installed by infra/setup.sh) loads a report
 built by infra/report.py from a recorded sale's shape, runs its script, and
 the DOM it dumps must hold every chart with one drawn line per series. The
 page needs no network: Chromium runs with it switched off."""
-import pathlib
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-import report  # noqa: E402
+import report
 
 
 def chromium():

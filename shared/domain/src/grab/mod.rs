@@ -37,6 +37,10 @@
 //! (a flush, a failover to a lagging replica) before the reconciler
 //! re-drives it, and a rebuild would then sell that unit again: the user
 //! told SUCCESS would end with nothing. A SUCCESS is a coupon.
+//!
+//! Layout: this file holds the service and steps 1 to 4; `lookup.rs` step
+//! 0, `decide.rs` the reply's decision and `borrow.rs` step 5, `send.rs`
+//! step 6, `memory.rs` the instance's memories, `ports.rs` the ports.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -51,9 +55,11 @@ use crate::metrics::{Metric, Metrics};
 use crate::outcome::{GrabOutcome, Rejection};
 
 mod borrow;
+mod decide;
 mod lookup;
 mod memory;
 pub mod ports;
+mod send;
 #[cfg(test)]
 mod tests;
 
@@ -307,124 +313,6 @@ impl GrabService {
                 Ok(rejected(reason, decided.replayed))
             }
         }
-    }
-
-    async fn decide(&self, claim: &Claim<'_>, shards: u32, reply: ClaimReply) -> Result<Decided, StoreError> {
-        let fresh = |outcome| Decided {
-            outcome,
-            replayed: false,
-        };
-        Ok(match reply {
-            ClaimReply::Admitted => {
-                return Err(StoreError::Protocol {
-                    what: "grab",
-                    detail: "an admission where a decision was expected".into(),
-                })
-            }
-            ClaimReply::Won(rec) => fresh(Ok(rec)),
-            // The coupon is known (its shard count was read) but the home
-            // shard has no usable state: Redis lost it, or restarted and the
-            // shard may have rolled back. Not "no such coupon": a retryable
-            // BUSY until the reconciler rebuilds or verifies the shard.
-            ClaimReply::Rejected(Rejection::NotFound) => {
-                warn!(
-                    shard = claim.home_shard,
-                    "home shard has no usable state; BUSY until it is rebuilt or verified"
-                );
-                self.state_lost(claim.coupon, claim.now_ms).await;
-                return Err(StoreError::Unavailable(
-                    format!("shard {} of a known coupon has no usable state", claim.home_shard).into(),
-                ));
-            }
-            ClaimReply::Rejected(reason) => fresh(Err(reason)),
-            ClaimReply::Borrow { ordinal } => {
-                let outcome = self.borrow(claim, shards, ordinal).await?;
-                fresh(outcome)
-            }
-            ClaimReply::Replay(Recorded::Won(rec)) => Decided {
-                outcome: Ok(rec),
-                replayed: true,
-            },
-            ClaimReply::Replay(Recorded::SoldOut) => Decided {
-                outcome: Err(Rejection::SoldOut),
-                replayed: true,
-            },
-            ClaimReply::Replay(Recorded::Closed(reason)) => Decided {
-                outcome: Err(reason),
-                replayed: true,
-            },
-            ClaimReply::Replay(Recorded::Borrowing { ordinal }) => {
-                // The first attempt died mid-borrow (or is still running):
-                // resume it. Donor takes are idempotent per (user, ordinal).
-                let outcome = self.borrow(claim, shards, ordinal).await?;
-                Decided {
-                    outcome,
-                    replayed: true,
-                }
-            }
-        })
-    }
-
-    async fn borrow(
-        &self,
-        claim: &Claim<'_>,
-        shards: u32,
-        ordinal: u32,
-    ) -> Result<Result<GrantRecord, Rejection>, StoreError> {
-        finish_borrow(self.ledger.as_ref(), self.metrics.as_ref(), claim, shards, ordinal).await
-    }
-
-    /// A win is answered only once the queue took its grant: every win,
-    /// replayed or not, is sent (the first send may have failed, or the
-    /// process may have died before it), and the issuer absorbs repeats.
-    async fn won(
-        &self,
-        req: &GrabRequest,
-        claim: &Claim<'_>,
-        rec: GrantRecord,
-        replayed: bool,
-    ) -> Result<GrabOutcome, GrabError> {
-        let home = claim.home_shard;
-        // The request's record lives on the home shard, the unit and its
-        // outbox entry on the shard it came from: both must be on a replica.
-        let mut shards = vec![home];
-        if rec.shard != home {
-            shards.push(rec.shard);
-        }
-        for shard in shards {
-            if !self.ledger.replicated(&req.coupon, shard).await? {
-                warn!(
-                    shard,
-                    "win not acknowledged by a replica in time; the caller hears BUSY and retries"
-                );
-                self.metrics.count(Metric::GrantNotReplicated, None, 1);
-                return Err(GrabError::NotReplicated);
-            }
-        }
-        let grant = rec.into_grant(req.coupon.clone(), req.user.clone(), req.request.clone());
-        // Every step of this press decided at or after `claim.now_ms`; the
-        // send must be over by SEND_BUDGET_MS after it, or not be made.
-        let spent = self.clock.now_ms().saturating_sub(claim.now_ms);
-        let left = self.send_budget_ms.saturating_sub(spent);
-        if left <= 0 {
-            warn!(grant = %grant.grant_id, spent_ms = spent,
-                "send budget spent before the send; the caller hears BUSY and retries, the outbox keeps it");
-            self.metrics.count(Metric::GrantQueueFailed, None, 1);
-            return Err(GrabError::NotQueued(PublishError(
-                format!(
-                    "{spent} ms after the decision, past the {} ms send budget",
-                    self.send_budget_ms
-                )
-                .into(),
-            )));
-        }
-        if let Err(e) = self.publisher.publish(&grant, left as u64).await {
-            warn!(grant = %grant.grant_id, error = %e, source = ?std::error::Error::source(&e),
-                "grant not queued; the caller hears BUSY and retries, the outbox keeps it");
-            self.metrics.count(Metric::GrantQueueFailed, None, 1);
-            return Err(GrabError::NotQueued(e));
-        }
-        Ok(GrabOutcome::Won { grant, replayed })
     }
 
     async fn release(&self, hold: &RiskHold) {

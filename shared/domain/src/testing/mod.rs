@@ -11,10 +11,12 @@ mod grab;
 mod notify;
 mod reconcile;
 mod redemption;
+mod shards;
 mod wallet;
 
 pub use grab::{AllowAll, CountingQueue, FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, ScriptedLedger, Silent};
 pub use notify::MemoryBus;
-pub use reconcile::{FakeRedrive, MemoryFacts, MemoryShards, ShardState, ShardsHook};
+pub use reconcile::{FakeRedrive, MemoryFacts};
 pub use redemption::{CouponsHook, MemoryRedemptions};
+pub use shards::{MemoryShards, ShardState, ShardsHook};
 pub use wallet::{MemoryOutbox, MemoryWallet};

@@ -1,0 +1,68 @@
+//! Step 6 of a winning press (the module documentation's numbering): the grant handed to the issuer's queue, only
+//! once a replica holds the win and within the send budget; otherwise
+//! BUSY, and the retry (or the reconciler's re-drive) sends it.
+
+use tracing::warn;
+
+use crate::error::PublishError;
+use crate::grant::GrantRecord;
+use crate::metrics::Metric;
+use crate::outcome::GrabOutcome;
+
+use super::ports::Claim;
+use super::{GrabError, GrabRequest, GrabService};
+
+impl GrabService {
+    /// A win is answered only once the queue took its grant: every win,
+    /// replayed or not, is sent (the first send may have failed, or the
+    /// process may have died before it), and the issuer absorbs repeats.
+    pub(super) async fn won(
+        &self,
+        req: &GrabRequest,
+        claim: &Claim<'_>,
+        rec: GrantRecord,
+        replayed: bool,
+    ) -> Result<GrabOutcome, GrabError> {
+        let home = claim.home_shard;
+        // The request's record lives on the home shard, the unit and its
+        // outbox entry on the shard it came from: both must be on a replica.
+        let mut shards = vec![home];
+        if rec.shard != home {
+            shards.push(rec.shard);
+        }
+        for shard in shards {
+            if !self.ledger.replicated(&req.coupon, shard).await? {
+                warn!(
+                    shard,
+                    "win not acknowledged by a replica in time; the caller hears BUSY and retries"
+                );
+                self.metrics.count(Metric::GrantNotReplicated, None, 1);
+                return Err(GrabError::NotReplicated);
+            }
+        }
+        let grant = rec.into_grant(req.coupon.clone(), req.user.clone(), req.request.clone());
+        // Every step of this press decided at or after `claim.now_ms`; the
+        // send must be over by SEND_BUDGET_MS after it, or not be made.
+        let spent = self.clock.now_ms().saturating_sub(claim.now_ms);
+        let left = self.send_budget_ms.saturating_sub(spent);
+        if left <= 0 {
+            warn!(grant = %grant.grant_id, spent_ms = spent,
+                "send budget spent before the send; the caller hears BUSY and retries, the outbox keeps it");
+            self.metrics.count(Metric::GrantQueueFailed, None, 1);
+            return Err(GrabError::NotQueued(PublishError(
+                format!(
+                    "{spent} ms after the decision, past the {} ms send budget",
+                    self.send_budget_ms
+                )
+                .into(),
+            )));
+        }
+        if let Err(e) = self.publisher.publish(&grant, left as u64).await {
+            warn!(grant = %grant.grant_id, error = %e, source = ?std::error::Error::source(&e),
+                "grant not queued; the caller hears BUSY and retries, the outbox keeps it");
+            self.metrics.count(Metric::GrantQueueFailed, None, 1);
+            return Err(GrabError::NotQueued(e));
+        }
+        Ok(GrabOutcome::Won { grant, replayed })
+    }
+}

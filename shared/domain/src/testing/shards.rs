@@ -1,0 +1,231 @@
+//! Fakes of the reconciler's Redis ports: shards (stock, outboxes, the
+//! restart check), operators' live settings and blacklist flags, in memory.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use crate::blacklist::BlacklistFlags;
+use crate::coupon::{CouponStatus, StoredCoupon};
+use crate::error::StoreError;
+use crate::grant::{Grant, GrantRecord};
+use crate::ids::{CouponId, RequestId, UserId};
+use crate::live::{LiveSettings, ShardApply};
+use crate::reconcile::ports::{OutboxEntry, ShardStock, StockRepair, Verification};
+use crate::user_coupon::Held;
+
+/// One shard's state.
+#[derive(Debug, Clone, Default)]
+pub struct ShardState {
+    /// Remaining stock.
+    pub stock: i64,
+    /// The definition version applied.
+    pub version: u64,
+    /// The status applied.
+    pub status: Option<CouponStatus>,
+    /// Outbox entries, oldest first.
+    pub outbox: Vec<OutboxEntry>,
+    /// Times its sold-out epoch was bumped.
+    pub epochs: u32,
+    /// Per-user claim counts (set by a restore).
+    pub users: Vec<(UserId, u32)>,
+    /// Request outcomes (set by a restore): who, which request, what it won.
+    pub outcomes: Vec<(UserId, (RequestId, GrantRecord))>,
+    /// The shard's grant sequence (the last one minted).
+    pub seq: u64,
+    /// Its server restarted since it was verified (`Some`), and since when
+    /// a pass has found it so (`Some(None)`: not looked at yet).
+    pub restarted: Option<Option<i64>>,
+}
+
+/// A change to the shards made at a chosen moment of a pass: what a grab or
+/// the issuer does while the reconciler reads.
+pub type ShardsHook = Box<dyn FnOnce(&mut HashMap<(CouponId, u32), ShardState>) + Send>;
+
+/// Redis shards and blacklist flags in memory. A shard absent from the map
+/// has lost its state.
+#[derive(Default)]
+pub struct MemoryShards {
+    /// Shards by (coupon, index).
+    pub shards: Mutex<HashMap<(CouponId, u32), ShardState>>,
+    /// Users whose blacklist flag is set.
+    pub flags: Mutex<HashSet<UserId>>,
+    /// Runs once, right after the first outbox read of a pass.
+    pub after_outbox_read: Mutex<Option<ShardsHook>>,
+}
+
+impl MemoryShards {
+    /// Creates a shard with `stock` units and an empty outbox.
+    pub fn put(&self, coupon: &CouponId, shard: u32, stock: i64) {
+        self.shards.lock().unwrap().insert(
+            (coupon.clone(), shard),
+            ShardState {
+                stock,
+                ..ShardState::default()
+            },
+        );
+    }
+
+    /// Appends a grant to its shard's outbox (the shard must exist).
+    pub fn push(&self, grant: &Grant) {
+        let mut shards = self.shards.lock().unwrap();
+        let state = shards
+            .get_mut(&(grant.coupon_id.clone(), grant.shard))
+            .expect("the grant's shard exists");
+        let seq = state.outbox.last().map(|e| e.seq + 1).unwrap_or(1);
+        state.seq = state.seq.max(seq);
+        state.outbox.push(OutboxEntry {
+            seq,
+            grant: grant.clone(),
+        });
+    }
+
+    /// A copy of a shard's state, if it has any.
+    pub fn state(&self, coupon: &CouponId, shard: u32) -> Option<ShardState> {
+        self.shards.lock().unwrap().get(&(coupon.clone(), shard)).cloned()
+    }
+}
+
+#[async_trait]
+impl StockRepair for MemoryShards {
+    async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<ShardStock>, StoreError> {
+        Ok(self.state(coupon, shard).map(|s| ShardStock {
+            stock: s.stock,
+            version: s.version,
+        }))
+    }
+    async fn outbox(&self, coupon: &CouponId, shard: u32) -> Result<Vec<OutboxEntry>, StoreError> {
+        let entries = self.state(coupon, shard).map(|s| s.outbox).unwrap_or_default();
+        if let Some(hook) = self.after_outbox_read.lock().unwrap().take() {
+            hook(&mut self.shards.lock().unwrap());
+        }
+        Ok(entries)
+    }
+    async fn trim(&self, coupon: &CouponId, shard: u32, seqs: &[u64]) -> Result<(), StoreError> {
+        if let Some(s) = self.shards.lock().unwrap().get_mut(&(coupon.clone(), shard)) {
+            s.outbox.retain(|e| !seqs.contains(&e.seq));
+        }
+        Ok(())
+    }
+    async fn restore_shard(
+        &self,
+        coupon: &StoredCoupon,
+        shard: u32,
+        stock: u64,
+        seq_base: u64,
+        holders: &[(UserId, Vec<Held>)],
+        _now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let mut shards = self.shards.lock().unwrap();
+        let key = (coupon.definition.coupon_id.clone(), shard);
+        if shards.contains_key(&key) {
+            return Ok(false);
+        }
+        shards.insert(
+            key,
+            ShardState {
+                stock: stock as i64,
+                users: holders.iter().map(|(u, held)| (u.clone(), held.len() as u32)).collect(),
+                outcomes: holders
+                    .iter()
+                    .flat_map(|(u, held)| held.iter().filter_map(|h| h.outcome.clone()).map(|o| (u.clone(), o)))
+                    .collect(),
+                version: coupon.version,
+                status: Some(coupon.definition.status),
+                seq: seq_base,
+                ..ShardState::default()
+            },
+        );
+        Ok(true)
+    }
+    async fn drop_if_behind(&self, coupon: &CouponId, shard: u32, high_water: u64) -> Result<bool, StoreError> {
+        let mut shards = self.shards.lock().unwrap();
+        let key = (coupon.clone(), shard);
+        if shards
+            .get(&key)
+            .is_some_and(|s| s.seq < high_water && s.restarted.is_none())
+        {
+            shards.remove(&key);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+    async fn verify(
+        &self,
+        coupon: &CouponId,
+        shard: u32,
+        now_ms: i64,
+        high_water: Option<u64>,
+    ) -> Result<Verification, StoreError> {
+        let mut shards = self.shards.lock().unwrap();
+        let key = (coupon.clone(), shard);
+        let Some(s) = shards.get_mut(&key) else {
+            return Ok(Verification::Missing);
+        };
+        let Some(since) = s.restarted else {
+            return Ok(Verification::Current);
+        };
+        Ok(match high_water {
+            None => {
+                let since_ms = since.unwrap_or(now_ms);
+                s.restarted = Some(Some(since_ms));
+                Verification::Suspect { since_ms }
+            }
+            // As verify.lua: behind the mark, or out of stock (claims may
+            // have been filled by borrows, which move no sequence).
+            Some(mark) if s.seq < mark || s.stock <= 0 => {
+                shards.remove(&key);
+                Verification::Dropped
+            }
+            Some(_) => {
+                s.restarted = None;
+                Verification::Confirmed
+            }
+        })
+    }
+    async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {
+        if let Some(s) = self.shards.lock().unwrap().get_mut(&(coupon.clone(), shard)) {
+            s.epochs += 1;
+        }
+        Ok(())
+    }
+    async fn stale_borrows(&self, _: &CouponId, _: u32, _: i64) -> Result<Vec<(RequestId, UserId)>, StoreError> {
+        Ok(Vec::new())
+    }
+}
+
+#[async_trait]
+impl LiveSettings for MemoryShards {
+    async fn apply_shard(&self, coupon: &StoredCoupon, shard: u32) -> Result<ShardApply, StoreError> {
+        let mut shards = self.shards.lock().unwrap();
+        let Some(s) = shards.get_mut(&(coupon.definition.coupon_id.clone(), shard)) else {
+            return Ok(ShardApply::Missing);
+        };
+        if s.version >= coupon.version {
+            return Ok(ShardApply::Current);
+        }
+        s.version = coupon.version;
+        s.status = Some(coupon.definition.status);
+        Ok(ShardApply::Applied)
+    }
+    async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {
+        StockRepair::bump_epoch(self, coupon, shard).await
+    }
+}
+
+#[async_trait]
+impl BlacklistFlags for MemoryShards {
+    async fn set_flag(&self, user: &UserId, on: bool) -> Result<(), StoreError> {
+        let mut flags = self.flags.lock().unwrap();
+        if on {
+            flags.insert(user.clone());
+        } else {
+            flags.remove(user);
+        }
+        Ok(())
+    }
+    async fn restore_flag(&self, user: &UserId) -> Result<bool, StoreError> {
+        Ok(self.flags.lock().unwrap().insert(user.clone()))
+    }
+}
