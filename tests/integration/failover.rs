@@ -152,7 +152,7 @@ async fn a_failover_to_a_replica_that_lagged_loses_no_success() {
     let mut issued = HashSet::new();
     for user in ["u1", "u2", "u3", "u4"] {
         for c in after.coupons_of(user).await {
-            issued.insert(c.grant_id);
+            issued.insert(c.grant_id.to_string());
         }
     }
     assert_eq!(issued, told, "every SUCCESS is the coupon its user holds");

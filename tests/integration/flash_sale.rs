@@ -97,7 +97,7 @@ pub(crate) async fn assert_exactly_stock_won(
     assert_eq!(h.outbox_len(def).await, def.total_stock, "outbox entries");
     let outbox: HashSet<String> = h.outbox_grant_ids(def).await.into_iter().collect();
     let queued: Vec<_> = h.stack.drain(&h.queue_url).await;
-    let queued_ids: HashSet<String> = queued.iter().map(|g| g.grant_id.clone()).collect();
+    let queued_ids: HashSet<String> = queued.iter().map(|g| g.grant_id.to_string()).collect();
     // One message per grant: a replayed win is sent again (its first send
     // may have failed), and the FIFO queue's deduplication by grant id
     // keeps one copy (a send given up at its budget may still have landed,
@@ -192,7 +192,7 @@ async fn a_replayed_request_id_returns_the_first_outcome_and_moves_stock_once() 
         1,
         "a replay sends its grant again, and SQS keeps one copy (deduplicated by grant id)"
     );
-    assert!(sent.iter().all(|g| Some(&g.grant_id) == first.grant_id().as_ref()));
+    assert!(sent.iter().all(|g| Some(g.grant_id.to_string()) == first.grant_id()));
     // A new request id from the same user is a new grab: the limit says no.
     assert_eq!(h.grab(&coupon, "alice", "req-2").await.code(), "ALREADY_CLAIMED");
 }

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use coupon_adapters::dynamodb::DynamoIssueLedger;
 use coupon_domain::coupon::CouponDefinition;
 use coupon_domain::grant::Grant;
+use coupon_domain::ids::GrantId;
 use coupon_domain::issuance::IssueLedger;
 use coupon_domain::issuance::{IssueError, IssueOutcome};
 use coupon_domain::reconcile::ports::DurableFacts;
@@ -27,7 +28,7 @@ fn redelivered(m: &Message, message_id: &str, body: Option<&str>) -> Message {
 /// DynamoDB does under a hot partition.
 struct ThrottleOne {
     inner: DynamoIssueLedger,
-    grant_id: String,
+    grant_id: GrantId,
 }
 
 #[async_trait]
@@ -140,7 +141,7 @@ async fn grants_beyond_the_durable_cap_are_rejected_and_counted_never_issued() {
     // grants for a coupon of two.
     for i in 0..4 {
         let grant = Grant {
-            grant_id: format!("{coupon}-0-{}", 100 + i),
+            grant_id: GrantId::new(&coupon, 0, 100 + i),
             coupon_id: coupon.clone(),
             user_id: coupon_domain::ids::UserId::parse(&format!("cap-{i}")).unwrap(),
             ordinal: 1,
@@ -170,7 +171,7 @@ async fn two_grants_for_one_claim_are_both_known_to_the_durable_store() {
     let messages = h.receive().await;
     let first: Grant = serde_json::from_str(messages[0].body().unwrap()).unwrap();
     let second = Grant {
-        grant_id: format!("{coupon}-0-999"),
+        grant_id: GrantId::new(&coupon, 0, 999),
         ..first.clone()
     };
     let body = serde_json::to_string(&second).unwrap();

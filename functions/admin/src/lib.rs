@@ -51,7 +51,7 @@ use coupon_domain::catalog::Created;
 use coupon_domain::clock::{Clock, SystemClock};
 use coupon_domain::coupon::{CouponDefinition, CouponStatus};
 use coupon_domain::error::StoreError;
-use coupon_domain::grant::GrantRef;
+use coupon_domain::ids::GrantId;
 use coupon_domain::ids::OrderId;
 use coupon_domain::ids::{CouponId, UserId};
 use coupon_domain::metrics::{EmfMetrics, Metrics};
@@ -294,13 +294,13 @@ fn audit_limit(req: &Request) -> Result<usize, Box<Reply>> {
     }
 }
 
-fn grant_ref(raw: &str) -> Result<GrantRef, Box<Reply>> {
+fn grant_ref(raw: &str) -> Result<GrantId, Box<Reply>> {
     if raw.len() > 200 || !raw.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
         return Err(Box::new(Reply::invalid(
             "grantId may contain only letters, digits, '_' and '-'",
         )));
     }
-    GrantRef::parse(raw).ok_or_else(|| Box::new(Reply::error(ErrorCode::GrantNotFound)))
+    GrantId::parse(raw).map_err(|_| Box::new(Reply::error(ErrorCode::GrantNotFound)))
 }
 
 fn coupon_id(raw: &str) -> Result<CouponId, Box<Reply>> {

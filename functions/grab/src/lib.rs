@@ -127,7 +127,7 @@ struct Granted<'a> {
 pub fn outcome_reply(outcome: &GrabOutcome) -> Reply {
     match outcome {
         GrabOutcome::Won { grant, replayed } => Reply::success_of(&Granted {
-            grant_id: &grant.grant_id,
+            grant_id: grant.grant_id.as_str(),
             coupon_id: grant.coupon_id.as_str(),
             ordinal: grant.ordinal,
             status: "PENDING",

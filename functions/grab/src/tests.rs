@@ -117,7 +117,7 @@ fn won() -> ScriptedLedger {
     ScriptedLedger {
         shards: 1,
         claim: Some(ClaimReply::Won(GrantRecord {
-            grant_id: "c1-0-1".into(),
+            grant_id: coupon_domain::ids::GrantId::parse("c1-0-1").unwrap(),
             ordinal: 1,
             shard: 0,
             granted_at_ms: 1_000,
@@ -171,7 +171,7 @@ async fn a_positional_array_body_is_400_and_touches_no_store() {
 async fn a_replayed_win_answers_the_original_grant_and_sends_it_again() {
     let ledger = ScriptedLedger {
         claim: Some(ClaimReply::Replay(Recorded::Won(GrantRecord {
-            grant_id: "c1-0-9".into(),
+            grant_id: coupon_domain::ids::GrantId::parse("c1-0-9").unwrap(),
             ordinal: 1,
             shard: 0,
             granted_at_ms: 900,

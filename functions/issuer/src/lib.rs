@@ -33,7 +33,6 @@ use coupon_adapters::dynamodb::{Client, DynamoCouponRepository, DynamoIssueLedge
 use coupon_domain::barrier::QueueMessage;
 use coupon_domain::clock::{Clock, SystemClock};
 use coupon_domain::grant::Grant;
-use coupon_domain::grant::GrantRef;
 use coupon_domain::issuance::{IssueFailure, IssueLedger, IssuerService};
 use coupon_domain::metrics::{EmfMetrics, Metrics};
 use futures::stream::{self, StreamExt};
@@ -162,8 +161,9 @@ async fn unmarked(issuer: &Issuer, messages: &Batch, issued: &[(usize, bool)]) -
         .iter()
         .enumerate()
         .filter_map(|(i, (_, message))| match message {
-            Some(QueueMessage::Grant(g)) => GrantRef::parse(&g.grant_id)
-                .is_some_and(|m| shards.iter().any(|(c, s)| *c == m.coupon && *s == m.shard))
+            Some(QueueMessage::Grant(g)) => shards
+                .iter()
+                .any(|(c, s)| c == g.grant_id.coupon() && *s == g.grant_id.shard())
                 .then_some(i),
             _ => None,
         })

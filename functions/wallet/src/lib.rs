@@ -20,7 +20,7 @@ use coupon_adapters::redis::{Redis, RedisOutbox};
 use coupon_adapters::{aws, secrets};
 use coupon_domain::clock::{Clock, SystemClock};
 use coupon_domain::error::StoreError;
-use coupon_domain::grant::GrantRef;
+use coupon_domain::ids::GrantId;
 use coupon_domain::ids::UserId;
 use coupon_domain::user_coupon::{CouponState, GrantStatus};
 use coupon_domain::wallet::{CouponQuery, Cursor, WalletService, MAX_PAGE};
@@ -120,7 +120,7 @@ async fn grant(wallet: &Wallet, user: &UserId, raw: &str) -> Reply {
     if raw.len() > 200 || !raw.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
         return Reply::invalid("grantId may contain only letters, digits, '_' and '-'");
     }
-    let Some(grant) = GrantRef::parse(raw) else {
+    let Ok(grant) = GrantId::parse(raw) else {
         return Reply::error(ErrorCode::GrantNotFound);
     };
     match wallet.service.grant_status(user, &grant).await {
@@ -130,7 +130,7 @@ async fn grant(wallet: &Wallet, user: &UserId, raw: &str) -> Reply {
                 GrantStatus::Issued => ("ISSUED", None),
                 GrantStatus::Rejected(r) => ("REJECTED", Some(r.as_str())),
             };
-            let mut data = json!({"grantId": grant.grant_id, "couponId": grant.coupon, "status": name});
+            let mut data = json!({"grantId": grant.as_str(), "couponId": grant.coupon().as_str(), "status": name});
             if let Some(reason) = reason {
                 data["reason"] = reason.into();
             }

@@ -41,7 +41,7 @@ impl GrantPublisher for SqsPublisher {
             .send_message()
             .queue_url(&self.queue_url)
             .message_group_id(group_of(grant))
-            .message_deduplication_id(&grant.grant_id)
+            .message_deduplication_id(grant.grant_id.as_str())
             .message_body(body)
             .send();
         // Given up at the deadline whatever the SDK's own timeouts are (an
@@ -103,7 +103,7 @@ impl coupon_domain::reconcile::ports::Redrive for SqsRedrive {
         let mut messages = Vec::with_capacity(grants.len());
         for grant in grants {
             let body = serde_json::to_string(grant).map_err(|e| PublishError(Box::new(e)))?;
-            messages.push((group_of(grant), grant.grant_id.clone(), body));
+            messages.push((group_of(grant), grant.grant_id.to_string(), body));
         }
         match tokio::time::timeout(std::time::Duration::from_millis(within_ms), self.send_batches(messages)).await {
             Ok(sent) => sent,

@@ -54,7 +54,7 @@ pub fn group(coupon: &CouponId, lane: u32) -> String {
 
 /// The message group a grant is sent in.
 pub fn group_of(grant: &Grant) -> String {
-    group(&grant.coupon_id, lane_of(&grant.grant_id))
+    group(&grant.coupon_id, lane_of(grant.grant_id.as_str()))
 }
 
 /// One barrier message: "everything sent before me in this lane has been
@@ -204,7 +204,7 @@ mod tests {
 
     fn grant(id: &str) -> Grant {
         Grant {
-            grant_id: id.to_owned(),
+            grant_id: crate::ids::GrantId::parse(id).unwrap(),
             coupon_id: CouponId::parse("spring").unwrap(),
             user_id: UserId::parse("u1").unwrap(),
             ordinal: 1,
@@ -231,7 +231,7 @@ mod tests {
         let mut used = std::collections::HashSet::new();
         for seq in 0..2_000 {
             let g = grant(&format!("spring-1-{seq}"));
-            let lane = lane_of(&g.grant_id);
+            let lane = lane_of(g.grant_id.as_str());
             assert!(lane < LANES);
             assert_eq!(group_of(&g), format!("spring#{lane}"));
             used.insert(lane);

@@ -7,14 +7,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{CouponId, RequestId, UserId};
+use crate::ids::{CouponId, GrantId, RequestId, UserId};
 
 /// What a winner gets, and what the issuer receives as the SQS message body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Grant {
     /// `<couponId>-<shard>-<seq>`: unique per coupon, minted by the script.
-    pub grant_id: String,
+    pub grant_id: GrantId,
     /// The coupon granted.
     pub coupon_id: CouponId,
     /// Who it is granted to (from the verified identity).
@@ -35,7 +35,7 @@ pub struct Grant {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrantRecord {
     /// See [`Grant::grant_id`].
-    pub grant_id: String,
+    pub grant_id: GrantId,
     /// See [`Grant::ordinal`].
     pub ordinal: u32,
     /// See [`Grant::shard`].
@@ -65,47 +65,6 @@ impl GrantRecord {
             request_id,
             shard: self.shard,
             granted_at_ms: self.granted_at_ms,
-        }
-    }
-}
-
-/// A grant id taken apart: `<couponId>-<shard>-<seq>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GrantRef {
-    /// The whole id.
-    pub grant_id: String,
-    /// The coupon.
-    pub coupon: CouponId,
-    /// The stock shard.
-    pub shard: u32,
-    /// The shard's grant sequence number (the outbox stream id `<seq>-0`).
-    pub seq: u64,
-}
-
-impl GrantRef {
-    /// Parses a grant id from the right (coupon ids may contain `-`).
-    pub fn parse(raw: &str) -> Option<Self> {
-        let (rest, seq) = raw.rsplit_once('-')?;
-        let (coupon, shard) = rest.rsplit_once('-')?;
-        Some(Self {
-            grant_id: raw.to_owned(),
-            coupon: CouponId::parse(coupon).ok()?,
-            shard: shard.parse().ok()?,
-            seq: seq.parse().ok()?,
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn grant_ids_parse_from_the_right() {
-        let g = GrantRef::parse("spring-20-3-117").unwrap();
-        assert_eq!((g.coupon.as_str(), g.shard, g.seq), ("spring-20", 3, 117));
-        for bad in ["", "x", "c-1", "c-x-1", "c-1-y", "-1-2", "a:b-1-2"] {
-            assert!(GrantRef::parse(bad).is_none(), "{bad}");
         }
     }
 }

@@ -198,9 +198,114 @@ impl fmt::Display for ClientIp {
     }
 }
 
+/// A grant's id, `<couponId>-<shard>-<seq>`: minted by the stock script
+/// with the unit it grants (`lua/lib.lua`, `issue()`), unique per coupon,
+/// and the id every store and message knows the grant by. Parsed once, so
+/// the coupon, shard and sequence it names are at hand without splitting
+/// a string again (the outbox entry is `<seq>-0` on that shard's stream).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct GrantId {
+    raw: String,
+    coupon: CouponId,
+    shard: u32,
+    seq: u64,
+}
+
+impl GrantId {
+    /// The id of the `seq`-th grant minted on `coupon`'s `shard`.
+    pub fn new(coupon: &CouponId, shard: u32, seq: u64) -> Self {
+        Self {
+            raw: format!("{coupon}-{shard}-{seq}"),
+            coupon: coupon.clone(),
+            shard,
+            seq,
+        }
+    }
+
+    /// Parses untrusted input, from the right (coupon ids may contain `-`).
+    pub fn parse(raw: &str) -> Result<Self, IdError> {
+        let refused = IdError {
+            field: "grantId",
+            rule: "must be <couponId>-<shard>-<seq>",
+        };
+        let (rest, seq) = raw.rsplit_once('-').ok_or(refused.clone())?;
+        let (coupon, shard) = rest.rsplit_once('-').ok_or(refused.clone())?;
+        Ok(Self {
+            raw: raw.to_owned(),
+            coupon: CouponId::parse(coupon).map_err(|_| refused.clone())?,
+            shard: digits(shard).ok_or(refused.clone())?,
+            seq: digits(seq).ok_or(refused)?,
+        })
+    }
+
+    /// The id as it appears in keys, messages and responses.
+    pub fn as_str(&self) -> &str {
+        &self.raw
+    }
+
+    /// The coupon granted.
+    pub fn coupon(&self) -> &CouponId {
+        &self.coupon
+    }
+
+    /// The stock shard the unit came from.
+    pub fn shard(&self) -> u32 {
+        self.shard
+    }
+
+    /// The shard's grant sequence number (its outbox stream id `<seq>-0`).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+/// A number written in decimal digits only (no sign, no blank).
+fn digits<T: std::str::FromStr>(s: &str) -> Option<T> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+impl TryFrom<String> for GrantId {
+    type Error = IdError;
+    fn try_from(raw: String) -> Result<Self, IdError> {
+        Self::parse(&raw)
+    }
+}
+
+impl From<GrantId> for String {
+    fn from(id: GrantId) -> String {
+        id.raw
+    }
+}
+
+impl PartialEq<&str> for GrantId {
+    fn eq(&self, other: &&str) -> bool {
+        self.raw == *other
+    }
+}
+
+impl fmt::Display for GrantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.raw)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grant_ids_parse_from_the_right() {
+        let g = GrantId::parse("spring-20-3-117").unwrap();
+        assert_eq!((g.coupon().as_str(), g.shard(), g.seq()), ("spring-20", 3, 117));
+        assert_eq!(g, GrantId::new(&CouponId::parse("spring-20").unwrap(), 3, 117));
+        for bad in ["", "x", "c-1", "c-x-1", "c-1-y", "-1-2", "a:b-1-2", "c-+1-2", "c-1-"] {
+            assert!(GrantId::parse(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn coupon_ids_accept_the_token_alphabet() {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::grant::{Grant, GrantRecord};
-use crate::ids::{CouponId, RequestId, UserId};
+use crate::ids::{CouponId, GrantId, RequestId, UserId};
 
 /// The life of a coupon in a wallet. UNUSED, USED and REVOKED are stored;
 /// EXPIRED is how an unused coupon reads once its validity is over
@@ -50,7 +50,7 @@ pub struct UserCoupon {
     /// The user's n-th claim of it.
     pub ordinal: u32,
     /// The grant it was issued from.
-    pub grant_id: String,
+    pub grant_id: GrantId,
     /// Its state.
     pub status: CouponState,
     /// The coupon's name, copied at issue time.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use coupon_adapters::dynamodb::coupon_pk;
 use coupon_domain::grant::Grant;
-use coupon_domain::ids::UserId;
+use coupon_domain::ids::{GrantId, UserId};
 use coupon_domain::issuance::IssueLedger;
 use coupon_domain::issuance::IssueOutcome;
 use serde_json::json;
@@ -189,7 +189,7 @@ async fn an_issuer_with_a_stale_definition_finds_counters_added_with_stock() {
     assert_eq!(r.code(), "SUCCESS", "{}", r.body);
     fill(1_250).await; // counter 0 full at its grown cap
     let grant = Grant {
-        grant_id: format!("{}-0-1001", def.coupon_id),
+        grant_id: GrantId::new(&def.coupon_id, 0, 1001),
         coupon_id: def.coupon_id.clone(),
         user_id: UserId::parse(&unique("stale")).unwrap(),
         ordinal: 1,

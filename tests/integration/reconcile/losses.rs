@@ -322,7 +322,12 @@ async fn a_retry_after_redis_lost_everything_replays_its_grant_and_earns_no_seco
     assert_eq!(second.code(), "SUCCESS", "a new press may still win the second");
     assert_ne!(second.grant_id().unwrap(), grant);
     h.pump().await;
-    let held: HashSet<String> = h.coupons_of("u1").await.into_iter().map(|c| c.grant_id).collect();
+    let held: HashSet<String> = h
+        .coupons_of("u1")
+        .await
+        .into_iter()
+        .map(|c| c.grant_id.to_string())
+        .collect();
     assert_eq!(held, HashSet::from([grant, second.grant_id().unwrap()]));
     assert!(h.facts().rejections(&coupon).await.unwrap().is_empty());
 }

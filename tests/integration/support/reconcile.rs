@@ -9,7 +9,7 @@ use coupon_adapters::dynamodb::DynamoFacts;
 use coupon_domain::coupon::{CouponDefinition, StoredCoupon};
 use coupon_domain::error::StoreError;
 use coupon_domain::grant::Grant;
-use coupon_domain::ids::CouponId;
+use coupon_domain::ids::{CouponId, GrantId};
 use coupon_domain::reconcile::ports::{DurableFacts, RejectedGrant};
 use coupon_domain::reconcile::{CouponReport, ReconcileSettings, Reconciler};
 use coupon_domain::user_coupon::Holdings;
@@ -139,7 +139,7 @@ impl DurableFacts for OwnCoupons {
     async fn rejections(&self, c: &CouponId) -> Result<Vec<RejectedGrant>, StoreError> {
         self.inner.rejections(c).await
     }
-    async fn issued_grants(&self, g: &[Grant]) -> Result<HashSet<String>, StoreError> {
+    async fn issued_grants(&self, g: &[Grant]) -> Result<HashSet<GrantId>, StoreError> {
         self.inner.issued_grants(g).await
     }
     async fn holdings(&self, c: &CouponId) -> Result<Holdings, StoreError> {

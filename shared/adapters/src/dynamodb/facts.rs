@@ -11,7 +11,7 @@ use coupon_domain::barrier::BarrierRecord;
 use coupon_domain::coupon::{CouponDefinition, StoredCoupon};
 use coupon_domain::error::StoreError;
 use coupon_domain::grant::{Grant, GrantRecord};
-use coupon_domain::ids::{CouponId, RequestId, UserId};
+use coupon_domain::ids::{CouponId, GrantId, RequestId, UserId};
 use coupon_domain::reconcile::ports::{DurableFacts, RejectedGrant};
 use coupon_domain::user_coupon::{Held, Holdings, RejectReason};
 
@@ -25,7 +25,7 @@ fn held(item: &Item) -> Held {
     let outcome = (|| {
         let request = RequestId::parse(get_s(item, "request_id")?).ok()?;
         let record = GrantRecord {
-            grant_id: get_s(item, "grant_id")?.to_owned(),
+            grant_id: GrantId::parse(get_s(item, "grant_id")?).ok()?,
             ordinal: get_n(item, "ordinal")?,
             shard: get_n(item, "shard")?,
             granted_at_ms: get_n(item, "granted_at_ms")?,
@@ -73,22 +73,22 @@ impl DurableFacts for DynamoFacts {
             .iter()
             .filter_map(|i| {
                 Some(RejectedGrant {
-                    grant_id: get_s(i, "sk")?.strip_prefix(keys::GRANT_PREFIX)?.to_owned(),
+                    grant_id: GrantId::parse(get_s(i, "sk")?.strip_prefix(keys::GRANT_PREFIX)?).ok()?,
                     reason: RejectReason::parse(get_s(i, "reason")?)?,
                 })
             })
             .collect())
     }
 
-    async fn issued_grants(&self, grants: &[Grant]) -> Result<HashSet<String>, StoreError> {
+    async fn issued_grants(&self, grants: &[Grant]) -> Result<HashSet<GrantId>, StoreError> {
         // Two grants may share a key (a second grant for one claim, which
         // the issuer rejects as ORDINAL_TAKEN): each is looked for.
-        let mut wanted: HashMap<(String, String), Vec<&str>> = HashMap::new();
+        let mut wanted: HashMap<(String, String), Vec<&GrantId>> = HashMap::new();
         for g in grants {
             wanted
                 .entry((user_pk(&g.user_id), user_coupon_sk(&g.coupon_id, g.ordinal)))
                 .or_default()
-                .push(g.grant_id.as_str());
+                .push(&g.grant_id);
         }
         let keys: Vec<(String, String)> = wanted.keys().cloned().collect();
         let mut found = HashSet::new();
@@ -126,8 +126,8 @@ impl DurableFacts for DynamoFacts {
                         get_s(&item, "sk").unwrap_or("").to_owned(),
                     );
                     if let (Some(expected), Some(actual)) = (wanted.get(&key), get_s(&item, "grant_id")) {
-                        if expected.contains(&actual) {
-                            found.insert(actual.to_owned());
+                        if let Some(id) = expected.iter().find(|g| g.as_str() == actual) {
+                            found.insert((*id).clone());
                         }
                     }
                 }

@@ -98,7 +98,7 @@ impl DynamoIssueLedger {
             .await
             .map_err(|e| classify(Box::new(e), false))?;
         match out.item.as_ref().and_then(|i| get_s(i, "grant_id")) {
-            Some(id) if id == grant.grant_id => Ok(IssueOutcome::Duplicate),
+            Some(id) if id == grant.grant_id.as_str() => Ok(IssueOutcome::Duplicate),
             Some(_) => self.reject(grant, RejectReason::OrdinalTaken, now_ms).await,
             None => Err(IssueError::Unavailable(
                 "user coupon vanished after a failed condition".into(),
@@ -113,7 +113,7 @@ impl DynamoIssueLedger {
             .put_item()
             .table_name(&self.tables.coupons)
             .item("pk", s(coupon_pk(&grant.coupon_id)))
-            .item("sk", s(keys::grant_sk(&grant.grant_id)))
+            .item("sk", s(keys::grant_sk(grant.grant_id.as_str())))
             .item("status", s("REJECTED"))
             .item("reason", s(reason.as_str()))
             .item("user_id", s(grant.user_id.as_str()))
@@ -275,7 +275,7 @@ impl DynamoIssueLedger {
         let item = Self::user_coupon_item(grant, def, now_ms);
         let mut items = def.counter_items();
         // Spread grants over the counters; walk on when one is full.
-        let start = (fnv1a64(grant.grant_id.as_bytes()) % u64::from(items)) as u32;
+        let start = (fnv1a64(grant.grant_id.as_str().as_bytes()) % u64::from(items)) as u32;
         let mut order: Vec<u32> = (0..items).map(|step| (start + step) % items).collect();
         let mut at = 0;
         loop {

@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use coupon_domain::error::StoreError;
-use coupon_domain::grant::GrantRef;
+use coupon_domain::ids::GrantId;
 use coupon_domain::ids::{OrderId, UserId};
 use coupon_domain::redemption::{Redemptions, Written};
 use coupon_domain::user_coupon::UserCoupon;
@@ -64,12 +64,12 @@ impl DynamoRedemptions {
 
 #[async_trait]
 impl Redemptions for DynamoRedemptions {
-    async fn find(&self, user: &UserId, grant: &GrantRef) -> Result<Option<UserCoupon>, StoreError> {
+    async fn find(&self, user: &UserId, grant: &GrantId) -> Result<Option<UserCoupon>, StoreError> {
         Ok(held_of_coupon(&self.tables, user, grant)
             .await?
             .iter()
             .filter_map(parse_user_coupon)
-            .find(|c| c.grant_id == grant.grant_id))
+            .find(|c| &c.grant_id == grant))
     }
 
     async fn redeem(

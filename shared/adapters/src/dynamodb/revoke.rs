@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
 use coupon_domain::admin::{CouponRevocations, Revoked};
 use coupon_domain::audit::{AuditEntry, AuditTarget};
 use coupon_domain::error::StoreError;
-use coupon_domain::grant::GrantRef;
+use coupon_domain::ids::GrantId;
 use coupon_domain::ids::UserId;
 use coupon_domain::user_coupon::{CouponState, UserCoupon};
 
@@ -29,9 +29,9 @@ impl DynamoRevocations {
         Self { tables }
     }
 
-    async fn find(&self, user: &UserId, grant: &GrantRef) -> Result<Option<(Item, UserCoupon)>, StoreError> {
+    async fn find(&self, user: &UserId, grant: &GrantId) -> Result<Option<(Item, UserCoupon)>, StoreError> {
         for item in held_of_coupon(&self.tables, user, grant).await? {
-            if get_s(&item, "grant_id") == Some(grant.grant_id.as_str()) {
+            if get_s(&item, "grant_id") == Some(grant.as_str()) {
                 let coupon = parse_user_coupon(&item).ok_or_else(|| StoreError::Protocol {
                     what: "user coupon",
                     detail: "an item the wallet cannot read".into(),
@@ -45,7 +45,7 @@ impl DynamoRevocations {
 
 #[async_trait]
 impl CouponRevocations for DynamoRevocations {
-    async fn revoke(&self, user: &UserId, grant: &GrantRef, entry: &AuditEntry) -> Result<Revoked, StoreError> {
+    async fn revoke(&self, user: &UserId, grant: &GrantId, entry: &AuditEntry) -> Result<Revoked, StoreError> {
         let Some((item, coupon)) = self.find(user, grant).await? else {
             return Ok(Revoked::NotFound);
         };
@@ -64,7 +64,7 @@ impl CouponRevocations for DynamoRevocations {
             .expression_attribute_names("#st", "status")
             .expression_attribute_values(":revoked", s("REVOKED"))
             .expression_attribute_values(":unused", s("UNUSED"))
-            .expression_attribute_values(":grant", s(grant.grant_id.clone()))
+            .expression_attribute_values(":grant", s(grant.to_string()))
             .expression_attribute_values(":at", n(entry.at_ms))
             .expression_attribute_values(":by", s(entry.actor.as_str()))
             .build()
@@ -72,7 +72,7 @@ impl CouponRevocations for DynamoRevocations {
         let audit = Put::builder()
             .table_name(&self.tables.coupons)
             .set_item(Some(audit_item(
-                audit_pk(&AuditTarget::Coupon(grant.coupon.clone())),
+                audit_pk(&AuditTarget::Coupon(grant.coupon().clone())),
                 entry,
             )?))
             .build()

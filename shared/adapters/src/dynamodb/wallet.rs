@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use coupon_domain::error::StoreError;
-use coupon_domain::grant::GrantRef;
+use coupon_domain::ids::GrantId;
 use coupon_domain::ids::{CouponId, OrderId, UserId};
 use coupon_domain::user_coupon::{CouponState, GrantStatus, RejectReason, UserCoupon};
 use coupon_domain::wallet::WalletStore;
@@ -32,7 +32,7 @@ pub(super) fn parse_user_coupon(item: &Item) -> Option<UserCoupon> {
     Some(UserCoupon {
         coupon_id: CouponId::parse(get_s(item, "coupon_id")?).ok()?,
         ordinal: get_n(item, "ordinal")?,
-        grant_id: get_s(item, "grant_id")?.to_owned(),
+        grant_id: GrantId::parse(get_s(item, "grant_id")?).ok()?,
         status: match get_s(item, "status")? {
             "UNUSED" => CouponState::Unused,
             "USED" => CouponState::Used,
@@ -77,12 +77,9 @@ impl WalletStore for DynamoWallet {
         Ok(coupons)
     }
 
-    async fn grant_status(&self, user: &UserId, grant: &GrantRef) -> Result<Option<GrantStatus>, StoreError> {
+    async fn grant_status(&self, user: &UserId, grant: &GrantId) -> Result<Option<GrantStatus>, StoreError> {
         let held = held_of_coupon(&self.tables, user, grant).await?;
-        if held
-            .iter()
-            .any(|i| get_s(i, "grant_id") == Some(grant.grant_id.as_str()))
-        {
+        if held.iter().any(|i| get_s(i, "grant_id") == Some(grant.as_str())) {
             return Ok(Some(GrantStatus::Issued));
         }
         let out = self
@@ -90,8 +87,8 @@ impl WalletStore for DynamoWallet {
             .client
             .get_item()
             .table_name(&self.tables.coupons)
-            .key("pk", s(coupon_pk(&grant.coupon)))
-            .key("sk", s(keys::grant_sk(&grant.grant_id)))
+            .key("pk", s(coupon_pk(grant.coupon())))
+            .key("sk", s(keys::grant_sk(grant.as_str())))
             .consistent_read(true)
             .send()
             .await
@@ -106,7 +103,7 @@ impl WalletStore for DynamoWallet {
 
 /// The user's coupons of the grant's coupon (one query on the user's
 /// partition, at most the per-user limit of items).
-pub(super) async fn held_of_coupon(tables: &Tables, user: &UserId, grant: &GrantRef) -> Result<Vec<Item>, StoreError> {
+pub(super) async fn held_of_coupon(tables: &Tables, user: &UserId, grant: &GrantId) -> Result<Vec<Item>, StoreError> {
     tables
         .query_all(
             &tables.user_coupons,
@@ -114,7 +111,7 @@ pub(super) async fn held_of_coupon(tables: &Tables, user: &UserId, grant: &Grant
             "pk = :pk AND begins_with(sk, :prefix)",
             HashMap::from([
                 (":pk".to_owned(), s(user_pk(user))),
-                (":prefix".to_owned(), s(keys::user_coupon_prefix(&grant.coupon))),
+                (":prefix".to_owned(), s(keys::user_coupon_prefix(grant.coupon()))),
             ]),
         )
         .await

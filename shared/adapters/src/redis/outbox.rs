@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use coupon_domain::error::StoreError;
-use coupon_domain::grant::GrantRef;
+use coupon_domain::ids::GrantId;
 use coupon_domain::ids::UserId;
 use coupon_domain::wallet::ports::OutboxLookup;
 use redis::AsyncCommands;
@@ -25,15 +25,15 @@ impl RedisOutbox {
 
 #[async_trait]
 impl OutboxLookup for RedisOutbox {
-    async fn is_pending(&self, user: &UserId, grant: &GrantRef) -> Result<bool, StoreError> {
-        let key = self.redis.keys.shard(&grant.coupon, grant.shard).outbox();
-        let id = format!("{}-0", grant.seq);
+    async fn is_pending(&self, user: &UserId, grant: &GrantId) -> Result<bool, StoreError> {
+        let key = self.redis.keys.shard(grant.coupon(), grant.shard()).outbox();
+        let id = format!("{}-0", grant.seq());
         let mut conn = self.redis.conn.clone();
         let page: redis::streams::StreamRangeReply = conn.xrange(&key, &id, &id).await.map_err(unavailable)?;
         Ok(page
             .ids
             .first()
             .and_then(outbox_entry)
-            .is_some_and(|e| &e.grant.user_id == user && e.grant.grant_id == grant.grant_id))
+            .is_some_and(|e| &e.grant.user_id == user && &e.grant.grant_id == grant))
     }
 }

@@ -16,6 +16,7 @@
 use coupon_domain::error::StoreError;
 use coupon_domain::grab::ports::Recorded;
 use coupon_domain::grant::GrantRecord;
+use coupon_domain::ids::GrantId;
 use coupon_domain::outcome::Rejection;
 
 use super::conn::protocol;
@@ -27,11 +28,11 @@ pub fn parse_win(record: &str) -> Option<GrantRecord> {
     if parts.next()? != "W" {
         return None;
     }
-    let grant_id = parts.next()?.to_owned();
+    let grant_id = GrantId::parse(parts.next()?).ok()?;
     let ordinal = parts.next()?.parse().ok()?;
     let shard = parts.next()?.parse().ok()?;
     let granted_at_ms = parts.next()?.parse().ok()?;
-    if parts.next().is_some() || grant_id.is_empty() {
+    if parts.next().is_some() {
         return None;
     }
     Some(GrantRecord {

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use coupon_domain::coupon::StoredCoupon;
 use coupon_domain::error::StoreError;
 use coupon_domain::grant::{Grant, GrantRecord};
-use coupon_domain::ids::{CouponId, RequestId, UserId};
+use coupon_domain::ids::{CouponId, GrantId, RequestId, UserId};
 use coupon_domain::reconcile::ports::{OutboxEntry, ShardStock, StockRepair, Verification};
 use coupon_domain::user_coupon::Held;
 use redis::AsyncCommands;
@@ -34,7 +34,7 @@ pub(super) fn outbox_entry(id: &redis::streams::StreamId) -> Option<OutboxEntry>
     let seq = id.id.split('-').next()?.parse().ok()?;
     let field = |name: &str| id.get::<String>(name);
     let grant = Grant {
-        grant_id: field("grant_id")?,
+        grant_id: GrantId::parse(&field("grant_id")?).ok()?,
         coupon_id: CouponId::parse(&field("coupon_id")?).ok()?,
         user_id: UserId::parse(&field("user_id")?).ok()?,
         ordinal: field("ordinal")?.parse().ok()?,

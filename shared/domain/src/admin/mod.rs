@@ -34,7 +34,7 @@ use crate::blacklist::{BlacklistFlags, BlacklistRecord};
 use crate::catalog::{create_coupon, CouponRepository, CreateError, Created, StockPreheater};
 use crate::clock::Clock;
 use crate::coupon::{CouponDefinition, CouponStatus, StoredCoupon};
-use crate::grant::GrantRef;
+use crate::ids::GrantId;
 use crate::ids::{CouponId, UserId};
 use crate::reconcile::ports::{DurableFacts, StockRepair};
 use crate::reconcile::{CouponReport, Reconciler};
@@ -317,18 +317,18 @@ impl AdminService {
     /// second grab), and its unit stays issued. Audited on the coupon in the
     /// same write. Idempotent: revoking it again changes nothing and
     /// answers the same.
-    #[instrument(skip_all, fields(actor = ctx.actor.as_str(), grant = %grant.grant_id))]
+    #[instrument(skip_all, fields(actor = ctx.actor.as_str(), grant = %grant))]
     pub async fn revoke(
         &self,
         ctx: &AdminContext,
         user: &UserId,
-        grant: &GrantRef,
+        grant: &GrantId,
         reason: &str,
     ) -> Result<UserCoupon, AdminError> {
         let entry = self.entry(
             ctx,
             AdminAction::RevokeCoupon,
-            json!({"userId": user, "grantId": grant.grant_id, "reason": reason}),
+            json!({"userId": user, "grantId": grant.as_str(), "reason": reason}),
         );
         match self.ports.revocations.revoke(user, grant, &entry).await? {
             Revoked::Now(coupon) | Revoked::Already(coupon) => Ok(coupon),

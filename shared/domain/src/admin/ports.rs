@@ -9,7 +9,7 @@ use super::model::{ChangeResult, CouponChange};
 use crate::audit::{AuditEntry, AuditTarget};
 use crate::coupon::StoredCoupon;
 use crate::error::StoreError;
-use crate::grant::GrantRef;
+use crate::ids::GrantId;
 use crate::ids::{CouponId, UserId};
 use crate::user_coupon::UserCoupon;
 
@@ -52,5 +52,5 @@ pub enum Revoked {
 pub trait CouponRevocations: Send + Sync {
     /// Marks the user's coupon issued under `grant` REVOKED, in one write
     /// with `entry` (audited on the coupon), only if it is still unused.
-    async fn revoke(&self, user: &UserId, grant: &GrantRef, entry: &AuditEntry) -> Result<Revoked, StoreError>;
+    async fn revoke(&self, user: &UserId, grant: &GrantId, entry: &AuditEntry) -> Result<Revoked, StoreError>;
 }

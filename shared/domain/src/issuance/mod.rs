@@ -16,7 +16,7 @@ use crate::barrier::{Barrier, QueueMessage};
 use crate::catalog::CouponRepository;
 use crate::coupon::CouponDefinition;
 use crate::error::{BoxError, StoreError};
-use crate::grant::{Grant, GrantRef};
+use crate::grant::Grant;
 use crate::ids::CouponId;
 use crate::metrics::{Metric, Metrics};
 use crate::user_coupon::RejectReason;
@@ -132,9 +132,9 @@ impl IssuerService {
     /// before the mark that would reveal its shard rolling back.
     pub async fn raise_high_water(&self, grants: &[Grant]) -> Vec<(CouponId, u32)> {
         let mut marks: HashMap<(CouponId, u32), u64> = HashMap::new();
-        for minted in grants.iter().filter_map(|g| GrantRef::parse(&g.grant_id)) {
-            let mark = marks.entry((minted.coupon, minted.shard)).or_default();
-            *mark = (*mark).max(minted.seq);
+        for minted in grants.iter().map(|g| &g.grant_id) {
+            let mark = marks.entry((minted.coupon().clone(), minted.shard())).or_default();
+            *mark = (*mark).max(minted.seq());
         }
         let mut failed = Vec::new();
         for ((coupon, shard), seq) in marks {
@@ -197,7 +197,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::ids::UserId;
+    use crate::ids::{GrantId, UserId};
     use crate::testing::Silent;
 
     /// Issues everything; records the marks it is asked to raise, refusing
@@ -233,12 +233,12 @@ mod tests {
 
     fn grant(id: &str) -> Grant {
         Grant {
-            grant_id: id.into(),
-            coupon_id: GrantRef::parse(id).unwrap().coupon,
+            grant_id: GrantId::parse(id).unwrap(),
+            coupon_id: GrantId::parse(id).unwrap().coupon().clone(),
             user_id: UserId::parse("u").unwrap(),
             ordinal: 1,
             request_id: crate::ids::RequestId::parse("r").unwrap(),
-            shard: GrantRef::parse(id).unwrap().shard,
+            shard: GrantId::parse(id).unwrap().shard(),
             granted_at_ms: 0,
         }
     }

@@ -43,7 +43,7 @@ use serde::Serialize;
 use tracing::{instrument, warn};
 
 use crate::error::StoreError;
-use crate::ids::{CouponId, OrderId, UserId};
+use crate::ids::{CouponId, GrantId, OrderId, UserId};
 use crate::metrics::{Metric, Metrics};
 use crate::user_coupon::{CouponState, UserCoupon};
 pub use ports::EventBus;
@@ -127,7 +127,7 @@ pub struct CouponEvent {
     /// Which coupon.
     pub coupon_id: CouponId,
     /// The grant it was issued from (the wallet's and the order API's id).
-    pub grant_id: String,
+    pub grant_id: GrantId,
     /// The coupon's name, as issued.
     pub coupon_name: String,
     /// Face value in minor units (fen, cents).

@@ -10,7 +10,7 @@ fn unused() -> UserCoupon {
     UserCoupon {
         coupon_id: CouponId::parse("spring-20").unwrap(),
         ordinal: 1,
-        grant_id: "spring-20-0-1-7".into(),
+        grant_id: GrantId::parse("spring-20-0-1-7").unwrap(),
         status: CouponState::Unused,
         name: "春季满减券".into(),
         amount: 2_000,

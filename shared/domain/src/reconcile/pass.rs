@@ -8,6 +8,7 @@ use tracing::{info, instrument, warn};
 use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::StoreError;
 use crate::grant::Grant;
+use crate::ids::GrantId;
 
 use super::ports::{OutboxEntry, Verification};
 use super::wait::Gate;
@@ -61,7 +62,7 @@ impl Reconciler {
         // 0. Rollbacks, then the coupon's wait for its grants on their way,
         //    then the shards whose server restarted.
         self.drop_rolled_back(def, &mut r).await?;
-        let mut gate = self.gate(def, now, &mut r).await?;
+        let mut gate = self.gate(&stored, now, &mut r).await?;
         self.verify_restarted(def, now, &mut gate, &mut r).await?;
         // 1. Surviving stock, and which shards are gone. An operator's
         //    change that never reached a shard (its Redis step failed, or
@@ -195,8 +196,8 @@ impl Reconciler {
     ) -> Result<(), StoreError> {
         let coupon = &def.coupon_id;
         let rejections = self.ports.facts.rejections(coupon).await?;
-        let rejected_ids: HashSet<&str> = rejections.iter().map(|g| g.grant_id.as_str()).collect();
-        let fresh: HashSet<String> = to_redrive.iter().map(|g| g.grant_id.clone()).collect();
+        let rejected_ids: HashSet<&GrantId> = rejections.iter().map(|g| &g.grant_id).collect();
+        let fresh: HashSet<GrantId> = to_redrive.iter().map(|g| g.grant_id.clone()).collect();
         let horizon = if in_flight == Some(0) {
             self.settings.grace_ms
         } else {
@@ -207,7 +208,7 @@ impl Reconciler {
             let issued = self.ports.facts.issued_grants(&grants).await?;
             let mut confirmed = Vec::new();
             for entry in entries {
-                let id = entry.grant.grant_id.as_str();
+                let id = &entry.grant.grant_id;
                 if issued.contains(id) || rejected_ids.contains(id) {
                     confirmed.push(entry.seq);
                 } else {

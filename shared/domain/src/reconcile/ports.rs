@@ -9,7 +9,7 @@ use crate::barrier::{Barrier, BarrierRecord};
 use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::{PublishError, StoreError};
 use crate::grant::Grant;
-use crate::ids::{CouponId, RequestId, UserId};
+use crate::ids::{CouponId, GrantId, RequestId, UserId};
 use crate::user_coupon::{Held, Holdings, RejectReason};
 
 /// One outbox entry: a grant and its stream sequence.
@@ -25,7 +25,7 @@ pub struct OutboxEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RejectedGrant {
     /// Which grant.
-    pub grant_id: String,
+    pub grant_id: GrantId,
     /// Why.
     pub reason: RejectReason,
 }
@@ -44,7 +44,7 @@ pub trait DurableFacts: Send + Sync {
     async fn rejections(&self, coupon: &CouponId) -> Result<Vec<RejectedGrant>, StoreError>;
     /// Which of these grants the durable store has (issued under that grant
     /// id). Rejections are known from [`Self::rejections`].
-    async fn issued_grants(&self, grants: &[Grant]) -> Result<HashSet<String>, StoreError>;
+    async fn issued_grants(&self, grants: &[Grant]) -> Result<HashSet<GrantId>, StoreError>;
     /// How many of the coupon each user holds.
     async fn holdings(&self, coupon: &CouponId) -> Result<Holdings, StoreError>;
     /// Records that the coupon's Redis state was rebuilt (data loss).

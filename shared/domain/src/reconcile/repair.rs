@@ -238,6 +238,22 @@ impl Reconciler {
     ) -> Result<u64, StoreError> {
         let def = &latest.definition;
         let marks = self.ports.facts.high_water(&def.coupon_id).await?;
+        // Every sequence DynamoDB has seen, per shard: a mark can lag the
+        // grants it covers (its write failed, the batch comes back later),
+        // and the ids the issued and rejected grants carry say so.
+        let mut seen: HashMap<u32, u64> = marks.clone();
+        let rejected = self.ports.facts.rejections(&def.coupon_id).await?;
+        let issued_ids = holdings
+            .values()
+            .flatten()
+            .filter_map(|h| h.outcome.as_ref().map(|(_, record)| &record.grant_id));
+        for id in issued_ids.chain(rejected.iter().map(|g| &g.grant_id)) {
+            let top = seen.entry(id.shard()).or_default();
+            *top = (*top).max(id.seq());
+        }
+        // The clock now, not when the run began (a pass may reach this
+        // coupon seconds later).
+        let now_seq = now.max(self.ports.clock.now_ms()).max(0) as u64;
         let mut restored = 0;
         for (&shard, share) in missing.iter().zip(figures::split(restorable, missing.len())) {
             let holders: Vec<(UserId, Vec<Held>)> = holdings
@@ -250,9 +266,9 @@ impl Reconciler {
             // enough (13 digits) that Lua's `%.14g` number formatting keeps
             // it exact. A shard rebuilt before started at the time then and
             // may have minted more grants than milliseconds have passed:
-            // never below its durable mark, the highest sequence issued.
-            let mark = marks.get(&shard).copied().unwrap_or(0);
-            let seq_base = (now.max(0) as u64).max(mark + 1);
+            // never below its durable mark or any sequence DynamoDB holds.
+            let top = seen.get(&shard).copied().unwrap_or(0);
+            let seq_base = now_seq.max(top + 1);
             if self
                 .ports
                 .repair

@@ -37,7 +37,7 @@
 use tracing::{info, warn};
 
 use crate::barrier::{Barrier, BarrierRecord, LANES};
-use crate::coupon::CouponDefinition;
+use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::StoreError;
 use crate::ids::CouponId;
 
@@ -89,12 +89,8 @@ impl Gate {
 
 impl Reconciler {
     /// Takes the coupon's wait as far as it can go this pass.
-    pub(super) async fn gate(
-        &self,
-        def: &CouponDefinition,
-        now: i64,
-        r: &mut CouponReport,
-    ) -> Result<Gate, StoreError> {
+    pub(super) async fn gate(&self, stored: &StoredCoupon, now: i64, r: &mut CouponReport) -> Result<Gate, StoreError> {
+        let def = &stored.definition;
         let coupon = &def.coupon_id;
         let affected = self.affected(def, now).await?;
         let current = self.ports.facts.barrier(coupon).await?;
@@ -106,7 +102,7 @@ impl Reconciler {
             }
             return Ok(Gate::Clear);
         }
-        if self.ports.facts.issued(coupon).await? >= def.total_stock {
+        if self.all_issued(stored).await? {
             // Nothing on its way to wait for. An open episode is closed
             // first: it must not vouch for a later fault.
             if let Some(rec) = current {
@@ -152,6 +148,21 @@ impl Reconciler {
             shards: rec.shards,
             closed: false,
         })
+    }
+
+    /// True if DynamoDB holds every unit of the coupon as `stored` defines
+    /// it: the issued counters reach its total, and the definition is still
+    /// that version once they were read. (A stock addition raises the total
+    /// and the caps in one write: against a total read before it, units
+    /// still to sell, or on their way, would count as issued.)
+    async fn all_issued(&self, stored: &StoredCoupon) -> Result<bool, StoreError> {
+        let coupon = &stored.definition.coupon_id;
+        if self.ports.facts.issued(coupon).await? < stored.definition.total_stock {
+            return Ok(false);
+        }
+        // As the pass read it (version 0 when the store has no copy).
+        let version = self.ports.facts.stored(coupon).await?.map_or(0, |now| now.version);
+        Ok(version == stored.version)
     }
 
     /// The coupon's shards that wait for its grants: restarted (suspect),

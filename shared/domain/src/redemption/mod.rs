@@ -31,7 +31,7 @@ use tracing::instrument;
 
 use crate::clock::Clock;
 use crate::error::StoreError;
-use crate::grant::GrantRef;
+use crate::ids::GrantId;
 use crate::ids::{OrderId, UserId};
 use crate::user_coupon::{CouponState, UserCoupon};
 pub use ports::{Redemptions, Written};
@@ -103,8 +103,8 @@ impl RedemptionService {
     }
 
     /// Spends the user's coupon on `order`, exactly once.
-    #[instrument(skip_all, fields(grant = %grant.grant_id, order = %order))]
-    pub async fn redeem(&self, user: &UserId, grant: &GrantRef, order: &OrderId) -> Result<Settled, RedemptionError> {
+    #[instrument(skip_all, fields(grant = %grant, order = %order))]
+    pub async fn redeem(&self, user: &UserId, grant: &GrantId, order: &OrderId) -> Result<Settled, RedemptionError> {
         for _ in 0..ATTEMPTS {
             let now = self.clock.now_ms();
             let coupon = self.store.find(user, grant).await?.ok_or(RedemptionError::NotFound)?;
@@ -146,13 +146,8 @@ impl RedemptionService {
     /// Gives the coupon back from `order` (cancelled or refunded): only the
     /// order that used it may, and a repeat answers the same. Past its
     /// validity the coupon comes back unused and reads EXPIRED.
-    #[instrument(skip_all, fields(grant = %grant.grant_id, order = %order))]
-    pub async fn give_back(
-        &self,
-        user: &UserId,
-        grant: &GrantRef,
-        order: &OrderId,
-    ) -> Result<Settled, RedemptionError> {
+    #[instrument(skip_all, fields(grant = %grant, order = %order))]
+    pub async fn give_back(&self, user: &UserId, grant: &GrantId, order: &OrderId) -> Result<Settled, RedemptionError> {
         for _ in 0..ATTEMPTS {
             let now = self.clock.now_ms();
             let coupon = self.store.find(user, grant).await?.ok_or(RedemptionError::NotFound)?;

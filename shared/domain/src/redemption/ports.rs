@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 
 use crate::error::StoreError;
-use crate::grant::GrantRef;
+use crate::ids::GrantId;
 use crate::ids::{OrderId, UserId};
 use crate::user_coupon::UserCoupon;
 
@@ -22,7 +22,7 @@ pub enum Written {
 #[async_trait]
 pub trait Redemptions: Send + Sync {
     /// The coupon the user holds under `grant`, as stored.
-    async fn find(&self, user: &UserId, grant: &GrantRef) -> Result<Option<UserCoupon>, StoreError>;
+    async fn find(&self, user: &UserId, grant: &GrantId) -> Result<Option<UserCoupon>, StoreError>;
     /// `UNUSED -> USED` by `order` at `now_ms`, only if it is still the same
     /// grant, unused, and `valid_from <= now < valid_until`.
     async fn redeem(

@@ -13,20 +13,20 @@ struct World {
     clock: ManualClock,
     service: RedemptionService,
     user: UserId,
-    grant: GrantRef,
+    grant: GrantId,
 }
 
 fn world(valid_from: i64, valid_until: i64) -> World {
     let store = Arc::new(MemoryRedemptions::default());
     let clock = ManualClock::new(NOW);
     let user = UserId::parse("u1").unwrap();
-    let grant = GrantRef::parse("c-0-7").unwrap();
+    let grant = GrantId::parse("c-0-7").unwrap();
     store.hold(
         &user,
         UserCoupon {
             coupon_id: CouponId::parse("c").unwrap(),
             ordinal: 1,
-            grant_id: grant.grant_id.clone(),
+            grant_id: grant.clone(),
             status: CouponState::Unused,
             name: "10 off".into(),
             amount: 1_000,
@@ -131,7 +131,7 @@ async fn only_the_order_that_used_it_gives_it_back_once_and_late_it_reads_expire
 async fn of_two_orders_racing_for_one_coupon_exactly_one_wins() {
     let w = world(0, NOW + 1_000);
     // o2's write lands between o1's read and o1's write.
-    let (user, grant) = (w.user.clone(), w.grant.grant_id.clone());
+    let (user, grant) = (w.user.clone(), w.grant.clone());
     *w.store.before_write.lock().unwrap() = Some(Box::new(move |coupons| {
         let c = coupons.get_mut(&(user, grant)).unwrap();
         c.status = CouponState::Used;

@@ -13,7 +13,7 @@ use crate::blacklist::BlacklistRecord;
 use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::{PublishError, StoreError};
 use crate::grant::Grant;
-use crate::ids::{CouponId, UserId};
+use crate::ids::{CouponId, GrantId, UserId};
 use crate::reconcile::ports::{DurableFacts, Redrive, RejectedGrant};
 use crate::user_coupon::{Held, Holdings};
 
@@ -25,7 +25,7 @@ pub struct MemoryFacts {
     /// Issued units per coupon.
     pub issued: Mutex<HashMap<CouponId, u64>>,
     /// Issued grant ids.
-    pub issued_grants: Mutex<HashSet<String>>,
+    pub issued_grants: Mutex<HashSet<GrantId>>,
     /// Rejections per coupon.
     pub rejections: Mutex<HashMap<CouponId, Vec<RejectedGrant>>>,
     /// Holdings per coupon.
@@ -102,7 +102,7 @@ impl DurableFacts for MemoryFacts {
     async fn rejections(&self, coupon: &CouponId) -> Result<Vec<RejectedGrant>, StoreError> {
         Ok(self.rejections.lock().unwrap().get(coupon).cloned().unwrap_or_default())
     }
-    async fn issued_grants(&self, grants: &[Grant]) -> Result<HashSet<String>, StoreError> {
+    async fn issued_grants(&self, grants: &[Grant]) -> Result<HashSet<GrantId>, StoreError> {
         let issued = self.issued_grants.lock().unwrap();
         Ok(grants
             .iter()

@@ -8,20 +8,19 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use crate::error::StoreError;
-use crate::grant::GrantRef;
-use crate::ids::{OrderId, UserId};
+use crate::ids::{GrantId, OrderId, UserId};
 use crate::redemption::{Redemptions, Written};
 use crate::user_coupon::{CouponState, UserCoupon};
 
 /// A change made right before the next conditional write (a concurrent
 /// order's redemption, say).
-pub type CouponsHook = Box<dyn FnOnce(&mut HashMap<(UserId, String), UserCoupon>) + Send>;
+pub type CouponsHook = Box<dyn FnOnce(&mut HashMap<(UserId, GrantId), UserCoupon>) + Send>;
 
 /// Users' coupons by (user, grant id).
 #[derive(Default)]
 pub struct MemoryRedemptions {
     /// The coupons.
-    pub coupons: Mutex<HashMap<(UserId, String), UserCoupon>>,
+    pub coupons: Mutex<HashMap<(UserId, GrantId), UserCoupon>>,
     /// Runs once, before the next write.
     pub before_write: Mutex<Option<CouponsHook>>,
 }
@@ -44,12 +43,12 @@ impl MemoryRedemptions {
 
 #[async_trait]
 impl Redemptions for MemoryRedemptions {
-    async fn find(&self, user: &UserId, grant: &GrantRef) -> Result<Option<UserCoupon>, StoreError> {
+    async fn find(&self, user: &UserId, grant: &GrantId) -> Result<Option<UserCoupon>, StoreError> {
         Ok(self
             .coupons
             .lock()
             .unwrap()
-            .get(&(user.clone(), grant.grant_id.clone()))
+            .get(&(user.clone(), grant.clone()))
             .cloned())
     }
 

@@ -17,8 +17,7 @@ use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::error::StoreError;
-use crate::grant::GrantRef;
-use crate::ids::UserId;
+use crate::ids::{GrantId, UserId};
 use crate::user_coupon::{CouponState, GrantStatus, UserCoupon};
 
 pub mod ports;
@@ -34,7 +33,7 @@ pub const MAX_PAGE: usize = 100;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {
     received_at_ms: i64,
-    grant_id: String,
+    grant_id: GrantId,
 }
 
 impl Cursor {
@@ -48,15 +47,12 @@ impl Cursor {
     /// Parses a cursor a previous page returned; `None` for anything else.
     pub fn parse(raw: &str) -> Option<Self> {
         let (ms, grant) = raw.split_once('~')?;
-        let valid_grant = !grant.is_empty()
-            && grant.len() <= 200
-            && grant.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        if !valid_grant || ms.is_empty() || ms.len() > 16 || !ms.bytes().all(|b| b.is_ascii_digit()) {
+        if grant.len() > 200 || ms.is_empty() || ms.len() > 16 || !ms.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
         Some(Self {
             received_at_ms: ms.parse().ok()?,
-            grant_id: grant.to_owned(),
+            grant_id: GrantId::parse(grant).ok()?,
         })
     }
 
@@ -143,7 +139,7 @@ impl WalletService {
 
     /// Where the user's grant is, or `None` if it is not theirs (or never
     /// existed): DynamoDB, then the outbox, then DynamoDB again.
-    pub async fn grant_status(&self, user: &UserId, grant: &GrantRef) -> Result<Option<GrantStatus>, StoreError> {
+    pub async fn grant_status(&self, user: &UserId, grant: &GrantId) -> Result<Option<GrantStatus>, StoreError> {
         if let Some(s) = self.store.grant_status(user, grant).await? {
             return Ok(Some(s));
         }
@@ -172,7 +168,7 @@ mod tests {
         UserCoupon {
             coupon_id: CouponId::parse("c").unwrap(),
             ordinal: 1,
-            grant_id: grant.into(),
+            grant_id: GrantId::parse(grant).unwrap(),
             status: CouponState::Unused,
             name: "10 off".into(),
             amount: 1_000,
@@ -269,8 +265,8 @@ mod tests {
         }
     }
 
-    fn grant() -> GrantRef {
-        GrantRef::parse("c-0-7").unwrap()
+    fn grant() -> GrantId {
+        GrantId::parse("c-0-7").unwrap()
     }
 
     #[tokio::test]
@@ -282,7 +278,7 @@ mod tests {
         let outbox = Arc::new(MemoryOutbox::default());
         let store = wallet.clone();
         let service = service(wallet.clone(), outbox.clone());
-        *store.on_first_miss.lock().unwrap() = Some((user.clone(), grant().grant_id, GrantStatus::Issued));
+        *store.on_first_miss.lock().unwrap() = Some((user.clone(), grant(), GrantStatus::Issued));
         assert_eq!(
             service.grant_status(&user, &grant()).await.unwrap(),
             Some(GrantStatus::Issued)
@@ -293,7 +289,7 @@ mod tests {
     async fn a_grant_in_the_outbox_is_pending_and_only_for_its_owner() {
         let (owner, other) = (UserId::parse("u1").unwrap(), UserId::parse("u2").unwrap());
         let outbox = Arc::new(MemoryOutbox::default());
-        outbox.add(&owner, &grant().grant_id);
+        outbox.add(&owner, grant().as_str());
         let service = service(Arc::new(MemoryWallet::default()), outbox);
         assert_eq!(
             service.grant_status(&owner, &grant()).await.unwrap(),
@@ -306,13 +302,9 @@ mod tests {
     async fn the_durable_answer_wins_over_the_outbox() {
         let user = UserId::parse("u1").unwrap();
         let wallet = Arc::new(MemoryWallet::default());
-        wallet.set(
-            &user,
-            &grant().grant_id,
-            GrantStatus::Rejected(RejectReason::CapReached),
-        );
+        wallet.set(&user, grant().as_str(), GrantStatus::Rejected(RejectReason::CapReached));
         let outbox = Arc::new(MemoryOutbox::default());
-        outbox.add(&user, &grant().grant_id);
+        outbox.add(&user, grant().as_str());
         let service = service(wallet, outbox);
         assert_eq!(
             service.grant_status(&user, &grant()).await.unwrap(),

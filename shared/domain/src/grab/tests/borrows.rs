@@ -14,7 +14,10 @@ async fn a_borrow_visits_donors_in_order_from_home_and_stops_at_the_first_win() 
         ScriptedLedger {
             shards: 4,
             claim: Some(ClaimReply::Borrow { ordinal: 1 }),
-            takes: HashMap::from([(second_donor, TakeReply::Won(record("c-x-1", second_donor)))]),
+            takes: HashMap::from([(
+                second_donor,
+                TakeReply::Won(record(&format!("c-{second_donor}-1"), second_donor)),
+            )]),
             ..Default::default()
         },
         FakeRisk::allowing(),
@@ -49,7 +52,10 @@ async fn a_borrow_that_finds_the_coupon_closed_takes_nothing_and_says_why() {
             claim: Some(ClaimReply::Borrow { ordinal: 1 }),
             takes: HashMap::from([
                 (first_donor, TakeReply::Closed(Rejection::Offline)),
-                (second_donor, TakeReply::Won(record("c-x-1", second_donor))),
+                (
+                    second_donor,
+                    TakeReply::Won(record(&format!("c-{second_donor}-1"), second_donor)),
+                ),
             ]),
             ..Default::default()
         },
@@ -176,7 +182,7 @@ async fn a_borrowed_win_waits_for_the_home_and_the_donor_shard() {
         ScriptedLedger {
             shards: 2,
             claim: Some(ClaimReply::Borrow { ordinal: 1 }),
-            takes: HashMap::from([(donor, TakeReply::Won(record("c-x-1", donor)))]),
+            takes: HashMap::from([(donor, TakeReply::Won(record(&format!("c-{donor}-1"), donor)))]),
             ..Default::default()
         },
         FakeRisk::allowing(),

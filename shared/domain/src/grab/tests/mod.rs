@@ -78,7 +78,7 @@ fn request(user: &str) -> GrabRequest {
 
 fn record(grant: &str, shard: u32) -> GrantRecord {
     GrantRecord {
-        grant_id: grant.into(),
+        grant_id: crate::ids::GrantId::parse(grant).unwrap(),
         ordinal: 1,
         shard,
         granted_at_ms: 1_000,

@@ -9,6 +9,7 @@ use crate::clock::ManualClock;
 use crate::coupon::CouponDefinition;
 use crate::coupon::CouponStatus;
 use crate::grant::Grant;
+use crate::ids::GrantId;
 use crate::ids::UserId;
 use crate::ids::{CouponId, RequestId};
 use crate::metrics::RecordingMetrics;
@@ -95,7 +96,7 @@ fn coupon(total: u64, shards: u32) -> CouponDefinition {
 
 fn grant(seq: u64, shard: u32, user: &str, at: i64) -> Grant {
     Grant {
-        grant_id: format!("c1-{shard}-{seq}"),
+        grant_id: GrantId::new(&CouponId::parse("c1").unwrap(), shard, seq),
         coupon_id: CouponId::parse("c1").unwrap(),
         user_id: UserId::parse(user).unwrap(),
         ordinal: 1,

@@ -209,7 +209,7 @@ async fn a_rebuild_waits_for_an_index_that_lags_behind_the_counters() {
     let mut answered: Vec<(String, String)> = rebuilt
         .outcomes
         .iter()
-        .map(|(u, (request, record))| (format!("{u}/{request}"), record.grant_id.clone()))
+        .map(|(u, (request, record))| (format!("{u}/{request}"), record.grant_id.to_string()))
         .collect();
     answered.sort();
     assert_eq!(
@@ -219,5 +219,33 @@ async fn a_rebuild_waits_for_an_index_that_lags_behind_the_counters() {
             ("u2/r-u2".to_owned(), "c1-0-2".to_owned())
         ],
         "each holder's winning request answers its grant again"
+    );
+}
+
+/// A shard's durable mark can lag the grants it covers (its write failed
+/// and the batch comes back after the visibility timeout) while the grants
+/// themselves are issued. A rebuild must start its sequence above every
+/// sequence DynamoDB holds, or it mints issued grant ids again (which the
+/// FIFO queue would drop as duplicates of the issued ones).
+#[tokio::test]
+async fn a_rebuild_starts_its_sequence_above_every_issued_grant_even_when_the_mark_lags() {
+    let w = world();
+    let def = coupon(10, 1);
+    let minted = NOW as u64 + 5_000;
+    w.facts.issue(&grant(minted, 0, "u1", NOW - 90_000));
+    w.facts
+        .high_water
+        .lock()
+        .unwrap()
+        .insert(def.coupon_id.clone(), HashMap::from([(0, 2)]));
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!(r.shards_rebuilt, 1, "{r:?}");
+    let rebuilt = w.shards.state(&def.coupon_id, 0).expect("rebuilt");
+    assert!(
+        rebuilt.seq > minted,
+        "the next grant id ({}) must be above the issued {minted}",
+        rebuilt.seq
     );
 }

@@ -224,3 +224,31 @@ async fn a_restarted_shard_of_a_coupon_whose_every_unit_is_issued_is_rebuilt_emp
         r.causes
     );
 }
+
+/// A stock addition commits between the pass's read of the definition and
+/// its read of the counters: every unit of the old total is issued, but not
+/// of the new one, and the restarted shard may hold the added units and
+/// grants never sent. It must not be taken for a sold-out coupon (dropped
+/// with its outbox); it waits for its barriers like any sale with units left.
+#[tokio::test]
+async fn a_stock_addition_racing_the_pass_keeps_a_restarted_shard_waiting() {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(3, 1);
+    w.facts.definitions.lock().unwrap().push(def.clone());
+    w.shards.put(&def.coupon_id, 0, 2);
+    restarted(&w, &def, 0, 3);
+    issued_on_shard_0(&w, &def, 3);
+    let mut more = def.clone();
+    more.total_stock = 5;
+    *w.facts.change_after_read.lock().unwrap() = Some((more, 1));
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!(
+        (r.shards_waiting, r.shards_rebuilt, r.shards_rolled_back),
+        (1, 0, 0),
+        "{r:?}"
+    );
+    let shard = w.shards.state(&def.coupon_id, 0).expect("kept for its check");
+    assert_eq!(shard.stock, 2);
+}
