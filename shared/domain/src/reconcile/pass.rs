@@ -277,8 +277,9 @@ impl Reconciler {
     /// older than grants users were told about, and its sequence alone
     /// cannot say so once traffic has moved it past the durable mark, so
     /// every claim on it answers BUSY (`lua/lib.lua`) until this check.
-    /// The check compares the shard's sequence with its durable mark once
-    /// the mark is final: once the gate has passed (every grant of the
+    /// The check compares the shard's sequence with the highest sequence
+    /// DynamoDB knows for it (its durable mark, or an issued or rejected
+    /// grant's above it) once the mark is final: once the gate has passed (every grant of the
     /// coupon sent before the restart was found has reached DynamoDB, and
     /// raised its shard's mark). Behind the mark: dropped, and rebuilt by
     /// this pass. Otherwise the shard holds every grant issued and sells
@@ -302,7 +303,10 @@ impl Reconciler {
         if suspects.is_empty() || !suspects.iter().all(|&(s, _)| gate.lets(s)) || !self.enter(def, gate, r).await? {
             return Ok(());
         }
-        let marks = self.ports.facts.high_water(coupon).await?;
+        // The mark, or any higher sequence DynamoDB's grants carry: a mark
+        // can lag them (repair.rs, durable_tops).
+        let holdings = self.ports.facts.holdings(coupon).await?;
+        let marks = self.durable_tops(coupon, &holdings).await?;
         let mut confirmed = 0;
         for (shard, _) in suspects {
             // With every unit issued, stock left on a restarted shard can

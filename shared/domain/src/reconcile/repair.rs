@@ -12,7 +12,7 @@ use crate::error::StoreError;
 use crate::grab::ports::{BorrowEnd, Claim, Recorded};
 use crate::grab::{finish_borrow, home_shard};
 use crate::grant::Grant;
-use crate::ids::UserId;
+use crate::ids::{CouponId, UserId};
 use crate::live::ShardApply;
 use crate::user_coupon::{Held, Holdings};
 
@@ -224,6 +224,29 @@ impl Reconciler {
         Ok(())
     }
 
+    /// The highest grant sequence DynamoDB knows of, per shard: its durable
+    /// mark, or above it any sequence the issued (`holdings`) and rejected
+    /// grants carry. A mark can lag the grants it covers: its write failed,
+    /// and the batch comes back after the visibility timeout, or never, once
+    /// it went to the dead-letter queue.
+    pub(super) async fn durable_tops(
+        &self,
+        coupon: &CouponId,
+        holdings: &Holdings,
+    ) -> Result<HashMap<u32, u64>, StoreError> {
+        let mut tops = self.ports.facts.high_water(coupon).await?;
+        let rejected = self.ports.facts.rejections(coupon).await?;
+        let issued_ids = holdings
+            .values()
+            .flatten()
+            .filter_map(|h| h.outcome.as_ref().map(|(_, record)| &record.grant_id));
+        for id in issued_ids.chain(rejected.iter().map(|g| &g.grant_id)) {
+            let top = tops.entry(id.shard()).or_default();
+            *top = (*top).max(id.seq());
+        }
+        Ok(tops)
+    }
+
     /// Writes each lost shard afresh: its share of `restorable`, its
     /// holders' counts and request outcomes, and a grant sequence above
     /// anything it minted. The units restored.
@@ -237,20 +260,7 @@ impl Reconciler {
         now: i64,
     ) -> Result<u64, StoreError> {
         let def = &latest.definition;
-        let marks = self.ports.facts.high_water(&def.coupon_id).await?;
-        // Every sequence DynamoDB has seen, per shard: a mark can lag the
-        // grants it covers (its write failed, the batch comes back later),
-        // and the ids the issued and rejected grants carry say so.
-        let mut seen: HashMap<u32, u64> = marks.clone();
-        let rejected = self.ports.facts.rejections(&def.coupon_id).await?;
-        let issued_ids = holdings
-            .values()
-            .flatten()
-            .filter_map(|h| h.outcome.as_ref().map(|(_, record)| &record.grant_id));
-        for id in issued_ids.chain(rejected.iter().map(|g| &g.grant_id)) {
-            let top = seen.entry(id.shard()).or_default();
-            *top = (*top).max(id.seq());
-        }
+        let seen = self.durable_tops(&def.coupon_id, holdings).await?;
         // The clock now, not when the run began (a pass may reach this
         // coupon seconds later).
         let now_seq = now.max(self.ports.clock.now_ms()).max(0) as u64;

@@ -252,3 +252,25 @@ async fn a_stock_addition_racing_the_pass_keeps_a_restarted_shard_waiting() {
     let shard = w.shards.state(&def.coupon_id, 0).expect("kept for its check");
     assert_eq!(shard.stock, 2);
 }
+
+/// A mark can lag the grants it covers (its write kept failing until the
+/// batch went to the dead-letter queue): a restarted shard level with that
+/// mark but behind a grant DynamoDB issued has rolled back. It is dropped
+/// and rebuilt, never confirmed to sell that unit again under its grant id.
+#[tokio::test]
+async fn a_restarted_shard_behind_an_issued_grant_is_dropped_even_when_its_mark_lags() {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(10, 1);
+    w.shards.put(&def.coupon_id, 0, 7);
+    restarted(&w, &def, 0, 3);
+    issued_on_shard_0(&w, &def, 3);
+    w.facts.issue(&grant(4, 0, "u4", NOW - 90_000));
+
+    assert_eq!(w.reconciler.coupon(&def, NOW).await.unwrap().shards_waiting, 1);
+    let r = w.reconciler.coupon(&def, NOW + SEND_WINDOW).await.unwrap();
+
+    assert_eq!((r.shards_rolled_back, r.shards_rebuilt), (1, 1), "{r:?}");
+    let shard = w.shards.state(&def.coupon_id, 0).expect("rebuilt");
+    assert_eq!(shard.stock, 10 - 4);
+    assert!(shard.seq > 4, "new grant ids never repeat issued ones");
+}
