@@ -2,9 +2,9 @@
 # everything CI runs. Both install what is missing first.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-ENV := . infra/env.sh &&
+ENV := . infra/local/env.sh &&
 # The engines the tests and `make chaos` run on: Redis OSS 7.0 and Valkey 8.0
-# (infra/env.sh's REDIS_ENGINE picks the one the stack, the demo and the
+# (infra/local/env.sh's REDIS_ENGINE picks the one the stack, the demo and the
 # contract run use; make test runs the integration tests and the chaos short
 # pass on every engine named here).
 REDIS_ENGINES ?= redis valkey
@@ -20,36 +20,36 @@ help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 setup: ## Install redis-server, valkey-server and the Python tools (.venv) if missing
-	@bash infra/setup.sh
+	@bash infra/local/setup.sh
 
 stack: setup ## Start Redis, moto server (and LocalStack with LOCAL_AWS=localstack), provision queues and tables
-	@bash infra/start.sh
+	@bash infra/local/start.sh
 
-coupon: stack build ## Create (preheat) the demo coupon from infra/demo-coupon.json
-	@$(ENV) target/debug/couponctl create infra/demo-coupon.json
+coupon: stack build ## Create (preheat) the demo coupon from infra/harness/demo-coupon.json
+	@$(ENV) target/debug/couponctl create infra/harness/demo-coupon.json
 
 build: ## Build the functions and couponctl (debug)
 	@cargo build -q -p grab -p issuer -p reconciler -p wallet -p admin -p notifier -p couponctl
 
 demo: setup build ## The main job: a whole flash sale locally, with a report
-	@bash infra/stop.sh >/dev/null; bash infra/start.sh >/dev/null
-	@$(ENV) python infra/demo.py
+	@bash infra/local/stop.sh >/dev/null; bash infra/local/start.sh >/dev/null
+	@$(ENV) python -m infra.harness.demo
 
 chaos: setup build ## One sale per fault (SQS down, crashes, Redis lost, ...) on every engine: every SUCCESS is one coupon
-	@bash infra/stop.sh >/dev/null; bash infra/start.sh >/dev/null
-	@$(ENV) python infra/chaos.py --engines $(ENGINE_LIST) $(CHAOS_ARGS)
+	@bash infra/local/stop.sh >/dev/null; bash infra/local/start.sh >/dev/null
+	@$(ENV) python -m infra.harness.chaos --engines $(ENGINE_LIST) $(CHAOS_ARGS)
 
 up: coupon ## Stack + demo coupon, then serve the functions on 127.0.0.1:$LAMBDA_PORT (9000)
 	@$(ENV) echo "grab: curl -X POST http://127.0.0.1:$$LAMBDA_PORT/lambda-url/grab/coupons/demo/grab \\"
 	@echo "        -H 'content-type: application/json' -H 'X-User-Id: alice' -d '{\"requestId\":\"press-1\"}'"
 	@echo "issuance: in another terminal, make pump"
-	@bash infra/serve.sh
+	@bash infra/local/serve.sh
 
 pump: ## Local SQS event source mapping + reconciler schedule (with make up)
-	@$(ENV) python infra/pump.py
+	@$(ENV) python -m infra.local.pump
 
 down: ## Stop what `make stack` started
-	@bash infra/stop.sh
+	@bash infra/local/stop.sh
 
 test: stack lint test-rust test-engines test-localstack test-infra test-contract test-chaos ## Everything CI runs: lint, Rust tests (on every engine and on LocalStack), infra checks, API contract, a short fault pass
 
@@ -60,7 +60,7 @@ test-engines: ## The integration tests again on every other engine of REDIS_ENGI
 	@main=$$($(ENV) echo $$REDIS_ENGINE); for e in $(REDIS_ENGINES); do \
 	  [ "$$e" = "$$main" ] && continue; \
 	  echo "== the integration tests on $$e"; \
-	  REDIS_ENGINE=$$e bash infra/start.sh >/dev/null || exit 1; \
+	  REDIS_ENGINE=$$e bash infra/local/start.sh >/dev/null || exit 1; \
 	  (export REDIS_ENGINE=$$e; $(ENV) cargo test --workspace --test integration) || exit 1; \
 	done
 
@@ -71,12 +71,12 @@ test-localstack: ## The integration tests once more with SQS and EventBridge on 
 	fi; \
 	echo "== the integration tests on LocalStack (SQS, EventBridge) and moto (DynamoDB)"; \
 	export LOCAL_AWS=localstack; \
-	bash infra/setup.sh && bash infra/start.sh >/dev/null && $(ENV) cargo test --workspace --test integration
+	bash infra/local/setup.sh && bash infra/local/start.sh >/dev/null && $(ENV) cargo test --workspace --test integration
 
 test-infra:
 	@$(ENV) cfn-lint template.yaml
 	@$(ENV) cfn-lint template.yaml --append-rules cfn_lint_serverless.rules
-	@$(ENV) node infra/actionlint.cjs
+	@$(ENV) node infra/deploy/actionlint.cjs
 	@$(ENV) SAM_CLI_TELEMETRY=0 sam validate --lint --region us-east-1 -t template.yaml >/dev/null
 	@$(ENV) python -m pytest -q infra/tests
 
@@ -84,14 +84,14 @@ test-chaos: setup build ## The short pass of make chaos (eight faults, small sal
 	@# A fresh stack, as make chaos starts: the coupons the integration and
 	@# contract runs left behind (live, their Redis state under other key
 	@# prefixes) would each be a lost coupon to the served reconciler.
-	@bash infra/stop.sh >/dev/null; bash infra/start.sh >/dev/null
-	@$(ENV) python infra/chaos.py --short --engines $(ENGINE_LIST)
+	@bash infra/local/stop.sh >/dev/null; bash infra/local/start.sh >/dev/null
+	@$(ENV) python -m infra.harness.chaos --short --engines $(ENGINE_LIST)
 
 test-contract: stack build ## The served functions against docs/openapi.yaml (schemathesis)
-	@$(ENV) python infra/contract.py
+	@$(ENV) python -m infra.harness.contract
 
 bench: stack ## The benchmark: figures and ratios in target/bench/summary.json
-	@bash infra/bench.sh
+	@bash infra/harness/bench.sh
 
 lint: ## Formatting and clippy, warnings are errors
 	cargo fmt --all -- --check

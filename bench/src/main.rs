@@ -1,4 +1,4 @@
-//! The benchmark behind `make bench` (`infra/bench.sh` starts a dedicated
+//! The benchmark behind `make bench` (`infra/harness/bench.sh` starts a dedicated
 //! redis-server and a private moto server, then runs this).
 //!
 //! Every figure is a ratio of two runs in this process, on this machine, one
@@ -40,7 +40,7 @@ use coupon_adapters::config::TableNames;
 
 use serde_json::{json, Value};
 
-/// Where things are (from `infra/bench.sh`).
+/// Where things are (from `infra/harness/bench.sh`).
 pub struct BenchEnv {
     /// The dedicated redis-server (only this benchmark talks to it).
     pub redis_url: String,
@@ -145,7 +145,29 @@ async fn run() {
         }
     };
     let mut rows = Table::default();
-    // The dedicated server is the benchmark's alone: start from nothing.
+    start_from_nothing(&env).await;
+    let only = env.only.clone();
+    let wanted = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|x| x == name));
+    if !wanted("all") {
+        return scenarios_subset(&env, &mut rows, &wanted).await;
+    }
+    let (mut summary, oversell) = every_scenario(&env, &mut rows).await;
+    summary.insert("oversell".into(), json!(oversell));
+    summary.insert("concurrency_levels".into(), json!(env.levels));
+    summary.insert("run_ms".into(), json!(env.run.as_millis() as u64));
+    summary.insert(
+        "cpus".into(),
+        json!(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+    );
+    report(&rows, summary, oversell);
+    if oversell > 0 {
+        eprintln!("bench: OVERSELL {oversell}");
+        std::process::exit(1);
+    }
+}
+
+/// The dedicated server is the benchmark's alone: it starts from nothing.
+async fn start_from_nothing(env: &BenchEnv) {
     let client = redis::Client::open(env.redis_url.as_str()).expect("BENCH_REDIS_URL");
     let mut conn = client.get_multiplexed_async_connection().await.expect("bench redis");
     let _: () = redis::cmd("FLUSHALL")
@@ -153,29 +175,28 @@ async fn run() {
         .query_async(&mut conn)
         .await
         .expect("flushall");
+}
+
+/// Every scenario in turn, each adding its rows to the table: the summary's
+/// figures, and the units sold beyond the stock over all of them.
+async fn every_scenario(env: &BenchEnv, rows: &mut Table) -> (BTreeMap<String, Value>, u64) {
     let mut summary: BTreeMap<String, Value> = BTreeMap::new();
     let mut oversell: u64 = 0;
-
-    let only = env.only.clone();
-    let wanted = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|x| x == name));
-    if !wanted("all") {
-        return scenarios_subset(&env, &mut rows, &wanted).await;
-    }
-    let throughput = scenarios::grab_vs_redis_benchmark(&env, &mut rows).await;
+    let throughput = scenarios::grab_vs_redis_benchmark(env, rows).await;
     summary.insert("grab_vs_redis_benchmark".into(), json!(throughput.ratio));
     summary.insert(
         "grab_vs_redis_benchmark_by_concurrency".into(),
         throughput.by_level.clone(),
     );
 
-    let lock = scenarios::grab_vs_lock(&env, &mut rows).await;
+    let lock = scenarios::grab_vs_lock(env, rows).await;
     summary.insert("grab_vs_lock_baseline".into(), json!(lock.ratio));
     summary.insert("grab_vs_lock_baseline_by_concurrency".into(), lock.by_level.clone());
 
-    let sale = scenarios::oversell(&env, &mut rows).await;
+    let sale = scenarios::oversell(env, rows).await;
     oversell += sale;
 
-    let soldout = scenarios::sold_out(&env, &mut rows).await;
+    let soldout = scenarios::sold_out(env, rows).await;
     summary.insert("soldout_speedup".into(), json!(soldout.speedup));
     summary.insert("soldout_speedup_measured_client_bound".into(), json!(soldout.measured));
     summary.insert(
@@ -183,7 +204,7 @@ async fn run() {
         json!({"memoryOn": soldout.redis_us_with, "memoryOff": soldout.redis_us_without}),
     );
 
-    let trips = scenarios::round_trips(&env, &mut rows).await;
+    let trips = scenarios::round_trips(env, rows).await;
     summary.insert("redis_round_trips_per_winner".into(), json!(trips.winner));
     summary.insert("redis_round_trips_per_loser".into(), json!(trips.loser));
     summary.insert(
@@ -193,36 +214,30 @@ async fn run() {
     summary.insert("redis_cpu_us_per_refusal".into(), json!(trips.cpu_per_refusal));
     summary.insert("press_costs_by_outcome".into(), trips.by_outcome.clone());
 
-    let aws = scenarios::aws_calls(&env, &mut rows).await;
+    let aws = scenarios::aws_calls(env, rows).await;
     summary.insert("aws_calls_per_issued_coupon".into(), json!(aws.per_coupon));
     summary.insert("dynamodb_calls_per_grant".into(), json!(aws.dynamodb_per_grant));
     summary.insert("issuer_grants_per_sec".into(), json!(aws.issuer_per_sec));
     summary.insert("aws_calls_detail".into(), aws.detail.clone());
     oversell += aws.oversell;
 
-    let rec = scenarios::reconcile(&env, &mut rows).await;
+    let rec = scenarios::reconcile(env, rows).await;
     summary.insert("reconcile_grants".into(), json!(rec.grants));
     summary.insert("reconcile_seconds".into(), json!(rec.seconds));
 
     if env.cluster_url.is_some() {
-        let cluster = scenarios::cluster_vs_single(&env, &mut rows).await;
+        let cluster = scenarios::cluster_vs_single(env, rows).await;
         summary.insert("cluster_vs_single_node".into(), json!(cluster.ratio));
         summary.insert("cluster_detail".into(), cluster.detail.clone());
         oversell += cluster.oversell;
     }
-    summary.insert("oversell".into(), json!(oversell));
-    summary.insert("concurrency_levels".into(), json!(env.levels));
-    summary.insert("run_ms".into(), json!(env.run.as_millis() as u64));
-    summary.insert(
-        "cpus".into(),
-        json!(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
-    );
+    (summary, oversell)
+}
 
-    println!();
-    println!("{:<58} {:>14}  {:<10} bound by", "figure", "value", "unit");
-    for r in &rows.0 {
-        println!("{:<58} {:>14.2}  {:<10} {}", r.name, r.value, r.unit, r.note);
-    }
+/// The table on the terminal, and the summary with it in
+/// target/bench/rust.json (bench_extra.py adds its figures to it).
+fn report(rows: &Table, mut summary: BTreeMap<String, Value>, oversell: u64) {
+    print_table(rows);
     println!("{:<58} {:>14}  count", "oversell (all scenarios)", oversell);
 
     let dir = std::path::Path::new("target/bench");
@@ -238,13 +253,19 @@ async fn run() {
         serde_json::to_string_pretty(&summary).expect("json"),
     )
     .expect("write target/bench/rust.json");
-    if oversell > 0 {
-        eprintln!("bench: OVERSELL {oversell}");
-        std::process::exit(1);
+}
+
+/// The whole table on the terminal, after the run.
+fn print_table(rows: &Table) {
+    println!();
+    println!("{:<58} {:>14}  {:<10} bound by", "figure", "value", "unit");
+    for r in &rows.0 {
+        println!("{:<58} {:>14.2}  {:<10} {}", r.name, r.value, r.unit, r.note);
     }
 }
 
-/// Runs the scenarios `BENCH_ONLY` names, printing their rows.
+/// Runs the scenarios `BENCH_ONLY` names (each row printed as it is
+/// recorded; no summary).
 async fn scenarios_subset(env: &BenchEnv, rows: &mut Table, wanted: &dyn Fn(&str) -> bool) {
     if wanted("redis-benchmark") {
         scenarios::grab_vs_redis_benchmark(env, rows).await;
@@ -260,5 +281,11 @@ async fn scenarios_subset(env: &BenchEnv, rows: &mut Table, wanted: &dyn Fn(&str
     }
     if wanted("round-trips") {
         scenarios::round_trips(env, rows).await;
+    }
+    if wanted("aws-calls") {
+        scenarios::aws_calls(env, rows).await;
+    }
+    if wanted("reconcile") {
+        scenarios::reconcile(env, rows).await;
     }
 }

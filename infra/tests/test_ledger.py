@@ -7,7 +7,7 @@ import uuid
 
 import boto3
 
-from ledger import holders, ledger, rejected_ids
+from infra.harness.ledger import holders, ledger, rejected_ids
 
 
 def test_the_ledger_reads_every_coupon_and_rejection_of_one_coupon_and_nothing_else():

@@ -13,7 +13,7 @@ import uuid
 import boto3
 import pytest
 
-import pump
+from infra.local import pump
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The sale's HTML report renders its charts in a real browser: headless
-Chromium (Debian's `chromium`, installed by infra/setup.sh) loads a report
-built by infra/report.py from a recorded sale's shape, runs its script, and
+Chromium (Debian's `chromium`, installed by infra/local/setup.sh) loads a report
+built by infra/harness/report.py from a recorded sale's shape, runs its script, and
 the DOM it dumps must hold every chart with one drawn line per series. The
 page needs no network: Chromium runs with it switched off."""
 import re
@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-import report
+from infra.harness import report
 
 
 def chromium():
@@ -17,7 +17,7 @@ def chromium():
         path = shutil.which(name)
         if path:
             return path
-    pytest.fail("no headless browser: install Debian's chromium (infra/setup.sh does)")
+    pytest.fail("no headless browser: install Debian's chromium (infra/local/setup.sh does)")
 
 
 def sale():

@@ -32,6 +32,50 @@ pub struct Aws {
     pub oversell: u64,
 }
 
+/// Every grant on the queue through the issuer, as the SQS event source
+/// mapping delivers them (batches of ten, deleted once handled): the time
+/// spent in the issuer and the grants delivered.
+async fn deliver_every_grant(issuer: &issuer::Issuer, sqs: &aws_sdk_sqs::Client, queue_url: &str) -> (Duration, u64) {
+    let mut issuing = Duration::ZERO;
+    let mut delivered = 0u64;
+    loop {
+        let got = sqs
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(0)
+            .send()
+            .await
+            .expect("receive");
+        let messages = got.messages.unwrap_or_default();
+        if messages.is_empty() {
+            break;
+        }
+        let records: Vec<Value> = messages
+            .iter()
+            .map(|m| json!({"messageId": m.message_id(), "receiptHandle": m.receipt_handle(), "body": m.body(), "eventSource": "aws:sqs"}))
+            .collect();
+        let event: aws_lambda_events::event::sqs::SqsEvent =
+            serde_json::from_value(json!({"Records": records})).expect("event");
+        let start = Instant::now();
+        let response = issuer::handle(issuer, lambda_runtime::LambdaEvent::new(event, Default::default()))
+            .await
+            .expect("batch");
+        issuing += start.elapsed();
+        assert!(response.batch_item_failures.is_empty(), "issuer failures");
+        for m in &messages {
+            sqs.delete_message()
+                .queue_url(queue_url)
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .expect("delete");
+        }
+        delivered += messages.len() as u64;
+    }
+    (issuing, delivered)
+}
+
 pub async fn aws_calls(env: &BenchEnv, rows: &mut Table) -> Aws {
     const STOCK: u64 = 400;
     let counter = CallCounter::default();
@@ -71,44 +115,7 @@ pub async fn aws_calls(env: &BenchEnv, rows: &mut Table) -> Aws {
             metrics: Arc::new(Silent),
         },
     );
-    let mut issuing = Duration::ZERO;
-    let mut delivered = 0u64;
-    loop {
-        let got = plain_sqs
-            .receive_message()
-            .queue_url(&env.queue_url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(0)
-            .send()
-            .await
-            .expect("receive");
-        let messages = got.messages.unwrap_or_default();
-        if messages.is_empty() {
-            break;
-        }
-        let records: Vec<Value> = messages
-            .iter()
-            .map(|m| json!({"messageId": m.message_id(), "receiptHandle": m.receipt_handle(), "body": m.body(), "eventSource": "aws:sqs"}))
-            .collect();
-        let event: aws_lambda_events::event::sqs::SqsEvent =
-            serde_json::from_value(json!({"Records": records})).expect("event");
-        let start = Instant::now();
-        let response = issuer::handle(&issuer, lambda_runtime::LambdaEvent::new(event, Default::default()))
-            .await
-            .expect("batch");
-        issuing += start.elapsed();
-        assert!(response.batch_item_failures.is_empty(), "issuer failures");
-        for m in &messages {
-            plain_sqs
-                .delete_message()
-                .queue_url(&env.queue_url)
-                .receipt_handle(m.receipt_handle().unwrap_or_default())
-                .send()
-                .await
-                .expect("delete");
-        }
-        delivered += messages.len() as u64;
-    }
+    let (issuing, delivered) = deliver_every_grant(&issuer, &plain_sqs, &env.queue_url).await;
     let issuer_calls = counter.snapshot();
     let issued = DynamoFacts::new(tables).issued(&def.coupon_id).await.expect("issued");
     assert_eq!(

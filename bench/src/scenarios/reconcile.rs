@@ -6,10 +6,14 @@ use std::time::Instant;
 
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use coupon_adapters::assemble::reconcile_ports;
-use coupon_adapters::dynamodb::{coupon_pk, user_coupon_sk, user_pk, DynamoCouponRepository, DynamoFacts, Tables};
+use coupon_adapters::dynamodb::{
+    counter_sk, coupon_pk, user_coupon_sk, user_pk, Client as DynamoClient, DynamoCouponRepository, DynamoFacts, Tables,
+};
+use coupon_adapters::redis::Redis;
 use coupon_adapters::sqs::SqsRedrive;
 use coupon_domain::catalog::CouponRepository;
 use coupon_domain::clock::SystemClock;
+use coupon_domain::coupon::CouponDefinition;
 use coupon_domain::ids::UserId;
 use coupon_domain::reconcile::{ReconcileSettings, Reconciler};
 use futures::StreamExt;
@@ -27,26 +31,12 @@ pub struct Reconcile {
     pub seconds: f64,
 }
 
-pub async fn reconcile(env: &BenchEnv, rows: &mut Table) -> Reconcile {
-    let grants = env.reconcile_grants;
-    const SHARDS: u32 = 4;
-    let (plain_sqs, ddb) = sdk(None).await;
-    let id = unique("rec");
-    let def = coupon(&id, grants, SHARDS);
-    let cid = def.coupon_id.clone();
-    let redis = store(&env.redis_url, false).await;
-    let tables = Tables::new(ddb.clone(), &env.tables);
-    DynamoCouponRepository::new(tables.clone())
-        .put_definition(&def)
-        .await
-        .expect("definition");
-    preheat(&redis, &def).await;
-    let granted_at = now_ms() - HOUR;
-
-    // Redis: every unit granted, each grant in its shard's outbox.
+/// Redis: every unit granted, each grant in its shard's outbox.
+async fn grant_every_unit(redis: &Redis, def: &CouponDefinition, granted_at: i64) {
+    let cid = &def.coupon_id;
     let mut conn = redis.connection();
-    for shard in 0..SHARDS {
-        let keys = redis.keys().shard(&cid, shard);
+    for shard in 0..def.shards {
+        let keys = redis.keys().shard(cid, shard);
         let n = def.shard_stock(shard);
         let mut seq = 0;
         while seq < n {
@@ -81,16 +71,19 @@ pub async fn reconcile(env: &BenchEnv, rows: &mut Table) -> Reconcile {
             .await
             .expect("meta");
     }
+}
 
-    // DynamoDB: every grant issued (the wallets and the counters).
+/// DynamoDB: every grant issued (the wallets and the counters).
+async fn issue_every_grant(ddb: &DynamoClient, env: &BenchEnv, def: &CouponDefinition) {
+    let cid = &def.coupon_id;
     let mut batches = Vec::new();
     let mut batch = Vec::new();
-    for shard in 0..SHARDS {
+    for shard in 0..def.shards {
         for seq in 1..=def.shard_stock(shard) {
             let user = UserId::parse(&format!("u{shard}-{seq}")).unwrap();
             let item = std::collections::HashMap::from([
                 ("pk".to_owned(), AttributeValue::S(user_pk(&user))),
-                ("sk".to_owned(), AttributeValue::S(user_coupon_sk(&cid, 1))),
+                ("sk".to_owned(), AttributeValue::S(user_coupon_sk(cid, 1))),
                 ("coupon_id".to_owned(), AttributeValue::S(cid.to_string())),
                 ("user_id".to_owned(), AttributeValue::S(user.to_string())),
                 ("ordinal".to_owned(), AttributeValue::N("1".into())),
@@ -132,14 +125,33 @@ pub async fn reconcile(env: &BenchEnv, rows: &mut Table) -> Reconcile {
     for k in 0..def.counter_items() {
         ddb.update_item()
             .table_name(&env.tables.coupons)
-            .key("pk", AttributeValue::S(coupon_pk(&cid)))
-            .key("sk", AttributeValue::S(format!("COUNTER#{k}")))
+            .key("pk", AttributeValue::S(coupon_pk(cid)))
+            .key("sk", AttributeValue::S(counter_sk(k)))
             .update_expression("SET issued = #cap")
             .expression_attribute_names("#cap", "cap")
             .send()
             .await
             .expect("counter");
     }
+}
+
+pub async fn reconcile(env: &BenchEnv, rows: &mut Table) -> Reconcile {
+    let grants = env.reconcile_grants;
+    const SHARDS: u32 = 4;
+    let (plain_sqs, ddb) = sdk(None).await;
+    let id = unique("rec");
+    let def = coupon(&id, grants, SHARDS);
+    let redis = store(&env.redis_url, false).await;
+    let tables = Tables::new(ddb.clone(), &env.tables);
+    DynamoCouponRepository::new(tables.clone())
+        .put_definition(&def)
+        .await
+        .expect("definition");
+    preheat(&redis, &def).await;
+    let granted_at = now_ms() - HOUR;
+
+    grant_every_unit(&redis, &def, granted_at).await;
+    issue_every_grant(&ddb, env, &def).await;
 
     let reconciler = Reconciler::new(
         reconcile_ports(

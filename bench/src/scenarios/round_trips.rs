@@ -105,118 +105,146 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-pub async fn round_trips(env: &BenchEnv, rows: &mut Table) -> Costs {
+/// What every measurement of a case shares: the production wiring's
+/// pieces, a proxy that counts what crosses the wire, and the callers.
+struct Rig<'a> {
+    env: &'a BenchEnv,
+    /// The Redis URL through the counting proxy.
+    proxied: String,
+    wire: crate::proxy::Wire,
+    publisher: Arc<dyn GrantPublisher>,
+    callers: usize,
+}
+
+/// One case's figures.
+struct Measured {
+    /// Per press, at the wire, one caller pressing one request at a time.
+    trips: f64,
+    commands: f64,
+    counted: u64,
+    /// Redis CPU per press (µs), the least of the runs, and every run.
+    cpu_us: f64,
+    runs: Vec<f64>,
+    pressed: u64,
+}
+
+/// Brings the coupon to the case's state on fresh instances: the unit of a
+/// sold-out coupon sold, the pressing users holding their coupon, the rate
+/// limit's one token taken; each instance knowing the coupon.
+async fn prepared(rig: &Rig<'_>, case: &Case, url: &str, callers: usize, label: &str) -> Vec<Arc<GrabApp>> {
+    let apps = apps(
+        url,
+        false,
+        callers,
+        Wiring::Production,
+        case.memory_ms,
+        rig.publisher.clone(),
+    )
+    .await;
+    let n = apps.len() as u64 * case.cycle.unwrap_or(1);
+    let id = case.def.coupon_id.as_str();
+    drive_as(&apps, id, label, Duration::from_secs(60), n, Feed::Requests, case.cycle).await;
+    apps
+}
+
+/// Round trips and commands per press: one caller, one press at a time,
+/// counted at the wire.
+async fn at_the_wire(rig: &Rig<'_>, case: &Case) -> (f64, f64, u64) {
     const N: u64 = 1_000;
+    let one = prepared(rig, case, &rig.proxied, 1, "p0").await;
+    let id = case.def.coupon_id.as_str();
+    let (c0, t0) = (rig.wire.commands(), rig.wire.round_trips());
+    let d = drive_as(&one, id, "p", Duration::from_secs(600), N, Feed::Requests, case.cycle).await;
+    let (commands, trips) = (rig.wire.commands() - c0, rig.wire.round_trips() - t0);
+    // A rate limit of one token per second lets a press through now and
+    // then: those are winners, not this case.
+    let share = d.status(case.status) as f64 / d.total as f64;
+    assert!(share >= 0.99, "{}: {:?}", case.name, d.by_status);
+    let per = |x: u64| x as f64 / d.total as f64;
+    (per(trips), per(commands), d.total)
+}
+
+/// Redis CPU per press with every caller pressing at once, Redis busy: the
+/// least of three runs, since this machine's speed drifts (a busy
+/// neighbour, the hypervisor) and drift only ever adds CPU time, so the
+/// least is the closest to what the press itself costs.
+async fn redis_cpu_per_press(rig: &Rig<'_>, case: &Case) -> (f64, Vec<f64>, u64) {
+    let url = &rig.env.redis_url;
+    let many = prepared(rig, case, url, rig.callers, "c0").await;
+    let id = case.def.coupon_id.as_str();
+    let mut runs = Vec::new();
+    let mut pressed = 0;
+    for label in ["c1", "c2", "c3"] {
+        let before = redis_cpu(url).await;
+        let load = drive_as(&many, id, label, rig.env.run, u64::MAX, Feed::Requests, case.cycle).await;
+        runs.push((redis_cpu(url).await - before) * 1e6 / load.total as f64);
+        let share = load.status(case.status) as f64 / load.total as f64;
+        assert!(share >= 0.99, "{}: {:?}", case.name, load.by_status);
+        pressed += load.total;
+    }
+    let cpu_us = runs.iter().copied().fold(f64::INFINITY, f64::min);
+    (cpu_us, runs, pressed)
+}
+
+async fn measure(rig: &Rig<'_>, case: &Case) -> Measured {
+    let (trips, commands, counted) = at_the_wire(rig, case).await;
+    let (cpu_us, runs, pressed) = redis_cpu_per_press(rig, case).await;
+    Measured {
+        trips,
+        commands,
+        counted,
+        cpu_us,
+        runs,
+        pressed,
+    }
+}
+
+pub async fn round_trips(env: &BenchEnv, rows: &mut Table) -> Costs {
     let upstream = env
         .redis_url
         .trim_start_matches("redis://")
         .trim_end_matches('/')
         .to_owned();
     let (port, wire) = crate::proxy::start(upstream).await;
-    let proxied = format!("redis://127.0.0.1:{port}");
-    let publisher: Arc<dyn GrantPublisher> = Arc::new(CountingQueue::default());
+    let rig = Rig {
+        env,
+        proxied: format!("redis://127.0.0.1:{port}"),
+        wire,
+        publisher: Arc::new(CountingQueue::default()),
+        callers: env.levels.iter().copied().max().unwrap_or(32),
+    };
     let setup = store(&env.redis_url, false).await;
-    let callers = env.levels.iter().copied().max().unwrap_or(32);
     let (mut winner, mut loser, mut remembered, mut cpu_refusal) = (0.0, 0.0_f64, 0.0, 0.0_f64);
     let mut by_outcome = Vec::new();
     for case in cases() {
         preheat(&setup, &case.def).await;
-        let id = case.def.coupon_id.as_str().to_owned();
-        // Bring the coupon to the case's state: the unit of a sold-out
-        // coupon sold, the pressing users holding their coupon, the rate
-        // limit's one token taken; each instance knowing the coupon.
-        let prepare = |apps: Vec<Arc<GrabApp>>, label: &'static str| {
-            let id = id.clone();
-            async move {
-                let n = apps.len() as u64 * case.cycle.unwrap_or(1);
-                drive_as(
-                    &apps,
-                    &id,
-                    label,
-                    Duration::from_secs(60),
-                    n,
-                    Feed::Requests,
-                    case.cycle,
-                )
-                .await;
-                apps
-            }
-        };
-        // Round trips and commands: one caller, one press at a time.
-        let one = apps(
-            &proxied,
-            false,
-            1,
-            Wiring::Production,
-            case.memory_ms,
-            publisher.clone(),
-        )
-        .await;
-        let one = prepare(one, "p0").await;
-        let (c0, t0) = (wire.commands(), wire.round_trips());
-        let d = drive_as(&one, &id, "p", Duration::from_secs(600), N, Feed::Requests, case.cycle).await;
-        let (commands, trips) = (wire.commands() - c0, wire.round_trips() - t0);
-        let share = d.status(case.status) as f64 / d.total as f64;
-        // A rate limit of one token per second lets a press through now
-        // and then: those are winners, not this case.
-        assert!(share >= 0.99, "{}: {:?}", case.name, d.by_status);
-        let per = |x: u64| x as f64 / d.total as f64;
-        // Redis CPU: every caller pressing at once, Redis busy.
-        let many = apps(
-            &env.redis_url,
-            false,
-            callers,
-            Wiring::Production,
-            case.memory_ms,
-            publisher.clone(),
-        )
-        .await;
-        let many = prepare(many, "c0").await;
-        // The least of three runs: this machine's speed drifts (a busy
-        // neighbour, the hypervisor), and drift only ever adds CPU time,
-        // so the least is the closest to what the press itself costs.
-        let mut runs = Vec::new();
-        let mut pressed = 0;
-        for round in 0..3 {
-            let label = ["c1", "c2", "c3"][round];
-            let before = redis_cpu(&env.redis_url).await;
-            let load = drive_as(&many, &id, label, env.run, u64::MAX, Feed::Requests, case.cycle).await;
-            runs.push((redis_cpu(&env.redis_url).await - before) * 1e6 / load.total as f64);
-            assert!(
-                load.status(case.status) as f64 >= 0.99 * load.total as f64,
-                "{}: {:?}",
-                case.name,
-                load.by_status
-            );
-            pressed += load.total;
-        }
-        let cpu_us = runs.iter().copied().fold(f64::INFINITY, f64::min);
+        let m = measure(&rig, &case).await;
         rows.push(Row {
             name: format!("press costs: {}", case.name),
-            value: per(trips),
+            value: m.trips,
             unit: "round trips",
             note: format!(
-                "{:.2} commands; {cpu_us:.1} us of Redis CPU per press at {callers} callers",
-                per(commands)
+                "{:.2} commands; {:.1} us of Redis CPU per press at {} callers",
+                m.commands, m.cpu_us, rig.callers
             ),
         });
         match case.name {
-            "winner" => winner = per(trips),
-            "sold out, memory on" => remembered = per(trips),
+            "winner" => winner = m.trips,
+            "sold out, memory on" => remembered = m.trips,
             _ => {}
         }
         if case.refusal {
-            loser = loser.max(per(trips));
-            cpu_refusal = cpu_refusal.max(cpu_us);
+            loser = loser.max(m.trips);
+            cpu_refusal = cpu_refusal.max(m.cpu_us);
         }
         by_outcome.push(json!({
             "outcome": case.name,
-            "roundTrips": per(trips),
-            "commands": per(commands),
-            "redisCpuUs": cpu_us,
+            "roundTrips": m.trips,
+            "commands": m.commands,
+            "redisCpuUs": m.cpu_us,
             "decidedByTheGrabScript": case.refusal,
-            "redisCpuUsRuns": runs,
-            "presses": {"counted": d.total, "cpu": pressed},
+            "redisCpuUsRuns": m.runs,
+            "presses": {"counted": m.counted, "cpu": m.pressed},
         }));
     }
     rows.push(Row {
@@ -238,7 +266,7 @@ pub async fn round_trips(env: &BenchEnv, rows: &mut Table) -> Costs {
         cpu_per_refusal: cpu_refusal,
         by_outcome: json!({
             "countedAt": "the wire (a counting proxy), one caller pressing one request at a time",
-            "redisCpu": format!("Redis main-thread CPU over the presses of {callers} callers"),
+            "redisCpu": format!("Redis main-thread CPU over the presses of {} callers", rig.callers),
             "wiring": "production: risk checks on",
             "outcomes": by_outcome,
         }),

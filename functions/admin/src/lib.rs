@@ -46,31 +46,33 @@ use coupon_adapters::dynamodb::{
 use coupon_adapters::redis::{Redis, RedisBlacklistFlags, RedisLive, RedisPreheater, RedisRepair};
 use coupon_adapters::sqs::{self, SqsRedrive};
 use coupon_adapters::{aws, secrets};
-use coupon_domain::admin::{AdminContext, AdminError, AdminPorts, AdminService, RateChange, MAX_AUDIT_PAGE};
+use coupon_domain::admin::{AdminContext, AdminError, AdminPorts, AdminService, RateChange};
 use coupon_domain::catalog::Created;
 use coupon_domain::clock::{Clock, SystemClock};
 use coupon_domain::coupon::{CouponDefinition, CouponStatus};
 use coupon_domain::error::StoreError;
-use coupon_domain::ids::GrantId;
-use coupon_domain::ids::OrderId;
-use coupon_domain::ids::{CouponId, UserId};
 use coupon_domain::metrics::{EmfMetrics, Metrics};
 use coupon_domain::reconcile::ports::DurableFacts;
 use coupon_domain::reconcile::{ReconcileSettings, Reconciler};
-use coupon_domain::redemption::{RedemptionError, RedemptionService, Settled};
-use coupon_edge::{header_str, json_body, Detail, ErrorCode, Lang, Reply};
+use coupon_domain::redemption::RedemptionService;
+use coupon_edge::{header_str, ErrorCode, Lang, Reply};
 use lambda_http::{Body, Request, Response};
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 
 pub mod actor;
 pub mod config;
+mod input;
+mod orders;
 pub mod route;
 
 pub use actor::{actor, context};
 pub use config::Config;
-pub use route::{route, Route};
+pub use orders::redemption_error;
+pub use route::{route, CouponRoute, Route, UserRoute};
+
+use input::{audit_limit, body, coupon_id, grant_id, user_id};
+use orders::redemption;
 
 /// How the edge reads requests.
 #[derive(Debug, Clone)]
@@ -128,55 +130,76 @@ struct RevokeBody {
 /// The longest revocation reason kept in the audit log.
 const MAX_REASON_CHARS: usize = 200;
 
+/// Sends a request to its route's handler: the order service's routes,
+/// an operator's routes on users, and those on coupons.
 async fn dispatch(app: &AdminApp, req: &Request, ctx: &AdminContext, route: Route) -> Reply {
+    match route {
+        Route::Redeem(order) => redemption(app, req, &order, false).await,
+        Route::GiveBack(order) => redemption(app, req, &order, true).await,
+        Route::User(route) => user_route(app, req, ctx, route).await,
+        Route::Coupon(route) => coupon_route(app, req, ctx, route).await,
+    }
+}
+
+/// The routes on one coupon (and creating one).
+async fn coupon_route(app: &AdminApp, req: &Request, ctx: &AdminContext, route: CouponRoute) -> Reply {
     let s = &app.service;
     let max = app.edge.max_body_bytes;
     let result = match route {
-        Route::Create => match body::<CouponDefinition>(req, max) {
+        CouponRoute::Create => match body::<CouponDefinition>(req, max) {
             Err(reply) => return *reply,
             Ok(def) => s.create(ctx, &def).await.map(|(created, view)| {
                 json!({"created": created == Created::New, "coupon": view.coupon, "version": view.version, "figures": view.figures})
             }),
         },
-        Route::View(id) => match coupon_id(&id) {
+        CouponRoute::View(id) => match coupon_id(&id) {
             Err(r) => return *r,
             Ok(id) => s.view(&id).await.map(|v| json!(v)),
         },
-        Route::Status(id) => match (coupon_id(&id), body::<StatusBody>(req, max)) {
+        CouponRoute::Status(id) => match (coupon_id(&id), body::<StatusBody>(req, max)) {
             (Err(r), _) | (_, Err(r)) => return *r,
             (Ok(id), Ok(b)) => s.set_status(ctx, &id, b.status).await.map(|v| json!(v)),
         },
-        Route::Stock(id) => match (coupon_id(&id), body::<StockBody>(req, max)) {
+        CouponRoute::Stock(id) => match (coupon_id(&id), body::<StockBody>(req, max)) {
             (Err(r), _) | (_, Err(r)) => return *r,
             (Ok(id), Ok(b)) => s.add_stock(ctx, &id, b.add).await.map(|v| json!(v)),
         },
-        Route::Rate(id) => match (coupon_id(&id), body::<RateChange>(req, max)) {
+        CouponRoute::Rate(id) => match (coupon_id(&id), body::<RateChange>(req, max)) {
             (Err(r), _) | (_, Err(r)) => return *r,
             (Ok(id), Ok(b)) => s.set_rate(ctx, &id, b).await.map(|v| json!(v)),
         },
-        Route::Audit(id) => match (coupon_id(&id), audit_limit(req)) {
+        CouponRoute::Audit(id) => match (coupon_id(&id), audit_limit(req)) {
             (Err(r), _) | (_, Err(r)) => return *r,
             (Ok(id), Ok(limit)) => s
                 .audit(&id, limit)
                 .await
                 .map(|(entries, more)| json!({"entries": entries, "more": more})),
         },
-        Route::Reconcile(id) => match coupon_id(&id) {
+        CouponRoute::Reconcile(id) => match coupon_id(&id) {
             Err(r) => return *r,
             Ok(id) => s.reconcile(ctx, &id).await,
         },
-        Route::Report(id) => match coupon_id(&id) {
+        CouponRoute::Report(id) => match coupon_id(&id) {
             Err(r) => return *r,
             Ok(id) => s.last_report(&id).await,
         },
-        Route::Blacklist(user, on) => match user_id(&user) {
+    };
+    respond(result)
+}
+
+/// The routes on one user: the blacklist and revoking a coupon.
+async fn user_route(app: &AdminApp, req: &Request, ctx: &AdminContext, route: UserRoute) -> Reply {
+    let s = &app.service;
+    let max = app.edge.max_body_bytes;
+    let result = match route {
+        UserRoute::Blacklist(user, on) => match user_id(&user) {
             Err(r) => return *r,
             Ok(user) => s
                 .set_blacklisted(ctx, &user, on)
                 .await
                 .map(|()| json!({"userId": user, "blacklisted": on})),
         },
-        Route::Revoke(user, grant) => match (user_id(&user), grant_ref(&grant), body::<RevokeBody>(req, max)) {
+        UserRoute::Revoke(user, grant) => match (user_id(&user), grant_id(&grant), body::<RevokeBody>(req, max)) {
             (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return *r,
             (Ok(_), Ok(_), Ok(b)) if b.reason.trim().is_empty() || b.reason.chars().count() > MAX_REASON_CHARS => {
                 return Reply::error(ErrorCode::InvalidRequest).with_data(
@@ -188,9 +211,7 @@ async fn dispatch(app: &AdminApp, req: &Request, ctx: &AdminContext, route: Rout
                 .await
                 .map(|coupon| json!({"userId": user, "coupon": coupon})),
         },
-        Route::Redeem(order) => return redemption(app, req, &order, false).await,
-        Route::GiveBack(order) => return redemption(app, req, &order, true).await,
-        Route::BlacklistEntry(user) => match user_id(&user) {
+        UserRoute::BlacklistEntry(user) => match user_id(&user) {
             Err(r) => return *r,
             Ok(user) => s
                 .blacklist_entry(&user)
@@ -198,65 +219,13 @@ async fn dispatch(app: &AdminApp, req: &Request, ctx: &AdminContext, route: Rout
                 .map(|(on, audit)| json!({"userId": user, "blacklisted": on, "audit": audit})),
         },
     };
+    respond(result)
+}
+
+fn respond(result: Result<serde_json::Value, AdminError>) -> Reply {
     match result {
         Ok(data) => Reply::success(data),
         Err(e) => error_reply(e),
-    }
-}
-
-/// The body of both order routes.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RedemptionBody {
-    user_id: String,
-    grant_id: String,
-}
-
-/// `PUT /redemptions/{orderId}` (spend) or `POST .../return` (give back).
-async fn redemption(app: &AdminApp, req: &Request, order: &str, give_back: bool) -> Reply {
-    let order = match OrderId::parse(order) {
-        Ok(o) => o,
-        Err(e) => return Reply::invalid(e.to_string()),
-    };
-    let b = match body::<RedemptionBody>(req, app.edge.max_body_bytes) {
-        Ok(b) => b,
-        Err(r) => return *r,
-    };
-    let (user, grant) = match (user_id(&b.user_id), grant_ref(&b.grant_id)) {
-        (Err(r), _) | (_, Err(r)) => return *r,
-        (Ok(u), Ok(g)) => (u, g),
-    };
-    let result = if give_back {
-        app.redemptions.give_back(&user, &grant, &order).await
-    } else {
-        app.redemptions.redeem(&user, &grant, &order).await
-    };
-    match result {
-        Ok(Settled { coupon, replayed }) => Reply::success(json!({
-            "orderId": order,
-            "userId": user,
-            "coupon": coupon,
-            "replayed": replayed,
-        })),
-        Err(e) => redemption_error(e),
-    }
-}
-
-/// The one mapping of a redemption refusal to the envelope.
-pub fn redemption_error(e: RedemptionError) -> Reply {
-    match e {
-        RedemptionError::NotFound => Reply::error(ErrorCode::GrantNotFound),
-        RedemptionError::UsedByAnotherOrder => Reply::error(ErrorCode::CouponUsed),
-        RedemptionError::NotYetValid { valid_from_ms } => Reply::error(ErrorCode::CouponNotUsable)
-            .with_data(json!({"reason": "NOT_YET_VALID", "validFromMs": valid_from_ms})),
-        RedemptionError::Expired => Reply::error(ErrorCode::CouponNotUsable).with_data(json!({"reason": "EXPIRED"})),
-        RedemptionError::Revoked => Reply::error(ErrorCode::CouponNotUsable).with_data(json!({"reason": "REVOKED"})),
-        RedemptionError::NotUsedByThisOrder => Reply::error(ErrorCode::NotUsedByOrder),
-        RedemptionError::ReturnedByThisOrder => {
-            Reply::error(ErrorCode::CouponNotUsable).with_data(json!({"reason": "RETURNED_BY_ORDER"}))
-        }
-        RedemptionError::Contended => Reply::error(ErrorCode::ConcurrentChange),
-        RedemptionError::Unavailable(e) => Reply::busy("redemption undecided", &e),
     }
 }
 
@@ -274,47 +243,6 @@ pub fn error_reply(e: AdminError) -> Reply {
         AdminError::ConcurrentChange => Reply::error(ErrorCode::ConcurrentChange),
         AdminError::Unavailable(e) => Reply::busy("admin operation undecided", &e),
     }
-}
-
-/// `?limit=` of the audit route: 1 to 1000, 100 when absent.
-fn audit_limit(req: &Request) -> Result<usize, Box<Reply>> {
-    let raw = req
-        .uri()
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("limit="));
-    match raw {
-        None => Ok(100),
-        Some(v) => v
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_AUDIT_PAGE).contains(n))
-            .ok_or_else(|| Box::new(Reply::invalid(format!("limit must be between 1 and {MAX_AUDIT_PAGE}")))),
-    }
-}
-
-fn grant_ref(raw: &str) -> Result<GrantId, Box<Reply>> {
-    if raw.len() > 200 || !raw.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-        return Err(Box::new(Reply::invalid(
-            "grantId may contain only letters, digits, '_' and '-'",
-        )));
-    }
-    GrantId::parse(raw).map_err(|_| Box::new(Reply::error(ErrorCode::GrantNotFound)))
-}
-
-fn coupon_id(raw: &str) -> Result<CouponId, Box<Reply>> {
-    CouponId::parse(raw).map_err(|e| Box::new(Reply::invalid(e.to_string())))
-}
-
-fn user_id(raw: &str) -> Result<UserId, Box<Reply>> {
-    UserId::parse(raw).map_err(|e| Box::new(Reply::invalid(e.to_string())))
-}
-
-/// Reads a JSON body with the shared reader; the detail names what is
-/// wrong (operators need "unknown field `x`").
-fn body<T: DeserializeOwned>(req: &Request, max: usize) -> Result<T, Box<Reply>> {
-    json_body(req, max, Detail::Serde)
 }
 
 /// What an admin instance is built from, made once at cold start.

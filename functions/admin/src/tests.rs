@@ -75,34 +75,37 @@ fn without_a_key_every_call_gets_its_own_operation_id() {
 
 #[test]
 fn routes_match_methods_and_paths() {
-    assert_eq!(route(&Method::POST, "/admin/coupons"), Matched::Route(Route::Create));
+    assert_eq!(
+        route(&Method::POST, "/admin/coupons"),
+        Matched::Route(Route::Coupon(CouponRoute::Create))
+    );
     assert_eq!(
         route(&Method::GET, "/admin/coupons/c1"),
-        Matched::Route(Route::View("c1".into()))
+        Matched::Route(Route::Coupon(CouponRoute::View("c1".into())))
     );
     assert_eq!(
         route(&Method::PUT, "/admin/coupons/c1/status/"),
-        Matched::Route(Route::Status("c1".into()))
+        Matched::Route(Route::Coupon(CouponRoute::Status("c1".into())))
     );
     assert_eq!(
         route(&Method::POST, "/admin/coupons/c1/stock"),
-        Matched::Route(Route::Stock("c1".into()))
+        Matched::Route(Route::Coupon(CouponRoute::Stock("c1".into())))
     );
     assert_eq!(
         route(&Method::PUT, "/admin/coupons/c1/rate"),
-        Matched::Route(Route::Rate("c1".into()))
+        Matched::Route(Route::Coupon(CouponRoute::Rate("c1".into())))
     );
     assert_eq!(
         route(&Method::GET, "/admin/coupons/c1/reconcile"),
-        Matched::Route(Route::Report("c1".into()))
+        Matched::Route(Route::Coupon(CouponRoute::Report("c1".into())))
     );
     assert_eq!(
         route(&Method::POST, "/admin/coupons/c1/reconcile"),
-        Matched::Route(Route::Reconcile("c1".into()))
+        Matched::Route(Route::Coupon(CouponRoute::Reconcile("c1".into())))
     );
     assert_eq!(
         route(&Method::DELETE, "/admin/blacklist/u%201"),
-        Matched::Route(Route::Blacklist("u 1".into(), false))
+        Matched::Route(Route::User(UserRoute::Blacklist("u 1".into(), false)))
     );
     assert_eq!(route(&Method::GET, "/admin/coupons"), Matched::MethodNotAllowed("POST"));
     assert_eq!(route(&Method::POST, "/admin/users"), Matched::NotFound);

@@ -173,7 +173,10 @@ async fn an_issuer_with_a_stale_definition_finds_counters_added_with_stock() {
                     "pk",
                     aws_sdk_dynamodb::types::AttributeValue::S(coupon_pk(&def.coupon_id)),
                 )
-                .key("sk", aws_sdk_dynamodb::types::AttributeValue::S("COUNTER#0".into()))
+                .key(
+                    "sk",
+                    aws_sdk_dynamodb::types::AttributeValue::S(coupon_adapters::dynamodb::counter_sk(0)),
+                )
                 .update_expression("SET issued = :n")
                 .expression_attribute_values(":n", aws_sdk_dynamodb::types::AttributeValue::N(issued.to_string()))
                 .send()

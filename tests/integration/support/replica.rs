@@ -2,7 +2,7 @@
 //! harness for faults a single redis-server cannot show (a replica that
 //! lags because it is stopped, a primary killed, the replica promoted; a
 //! server killed and restarted from a snapshot older than its last writes).
-//! The engine is the run's one setting, `REDIS_ENGINE` (infra/env.sh), as
+//! The engine is the run's one setting, `REDIS_ENGINE` (infra/local/env.sh), as
 //! the binaries it names: `REDIS_SERVER` and `REDIS_CLI` (redis-server and
 //! redis-cli, or valkey-server and valkey-cli).
 

@@ -50,7 +50,7 @@ pub struct Stack {
 
 impl Stack {
     pub async fn connect() -> Self {
-        // The endpoints as infra/env.sh sets them, resolved by the SDK as
+        // The endpoints as infra/local/env.sh sets them, resolved by the SDK as
         // the functions resolve them: a service's own
         // AWS_ENDPOINT_URL_<SERVICE> (LOCAL_AWS=localstack: SQS and
         // EventBridge) before AWS_ENDPOINT_URL. Only with neither set does

@@ -1,6 +1,6 @@
 //! The user-coupons change stream, read from the local endpoint and handed
 //! over in the JSON shape Lambda's DynamoDB event source gives a function
-//! (what `infra/pump.py` does for `make up`), and a bus of a test's own on
+//! (what `infra/local/pump.py` does for `make up`), and a bus of a test's own on
 //! the local EventBridge with a rule to a queue, where the events land.
 
 use aws_sdk_dynamodbstreams::types::{AttributeValue, ShardIteratorType};
@@ -27,7 +27,7 @@ impl CouponStream {
             .expect("table");
         let arn = table
             .latest_stream_arn
-            .expect("the user-coupons table has a stream (infra/provision.py)");
+            .expect("the user-coupons table has a stream (infra/local/provision.py)");
         Self {
             client: aws_sdk_dynamodbstreams::Client::new(&stack.sdk),
             arn,

@@ -51,7 +51,7 @@ pub use definitions::{DynamoCatalog, DynamoCouponRepository};
 pub use facts::DynamoFacts;
 pub use issue::DynamoIssueLedger;
 pub use items::{Tables, BY_COUPON_INDEX};
-pub use keys::{coupon_pk, user_coupon_sk, user_pk};
+pub use keys::{counter_sk, coupon_pk, user_coupon_sk, user_pk};
 pub use redeem::DynamoRedemptions;
 pub use revoke::DynamoRevocations;
 pub use stream::stream_record;

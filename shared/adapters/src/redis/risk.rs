@@ -74,33 +74,10 @@ impl RiskGuard for RedisRisk {
             user_reserved: false,
             ip_reserved: false,
         };
-        // Record what was taken before looking at errors, so that a
-        // half-failed reservation is given back.
-        let user_verdict = match &user_reply {
-            Ok(v) => {
-                hold.user_reserved = v == "RESERVED";
-                Some(v.as_str())
-            }
-            Err(_) => None,
-        };
-        let ip_verdict = match &ip_reply {
-            Ok(v) => {
-                hold.ip_reserved = v.as_deref() == Some("RESERVED");
-                v.as_deref()
-            }
-            Err(_) => None,
-        };
-        let refusal = match (user_verdict, ip_verdict) {
-            (Some("BLACKLISTED"), _) => Some(RiskReason::Blacklisted),
-            (Some("DAILY_LIMIT"), _) => Some(RiskReason::DailyLimit),
-            (_, Some("IP_LIMIT")) => Some(RiskReason::IpLimit),
-            _ => None,
-        };
-        let failure = user_reply.err().or(ip_reply.err());
-        let outcome = match (refusal, failure) {
-            (None, None) => return Ok(RiskDecision::Allowed(hold)),
-            (Some(reason), _) => Ok(RiskDecision::Refused(reason)),
-            (None, Some(e)) => Err(unavailable(e)),
+        let outcome = match verdict(&mut hold, user_reply, ip_reply) {
+            Ok(None) => return Ok(RiskDecision::Allowed(hold)),
+            Ok(Some(reason)) => Ok(RiskDecision::Refused(reason)),
+            Err(e) => Err(unavailable(e)),
         };
         if !hold.is_empty() {
             // Best effort; if this fails too, the hold expires with its day.
@@ -145,6 +122,42 @@ impl RiskGuard for RedisRisk {
 
 /// The key a press's reservations are made under: coupon and request id
 /// (the same request id on another coupon is another press).
+/// The two scripts' replies as one verdict: a refusal (the user's own
+/// rules first), a failure, or none (allowed). What each script reserved
+/// is recorded in `hold` before any error is looked at, so that a
+/// half-failed reservation is given back.
+fn verdict(
+    hold: &mut RiskHold,
+    user_reply: Result<String, redis::RedisError>,
+    ip_reply: Result<Option<String>, redis::RedisError>,
+) -> Result<Option<RiskReason>, redis::RedisError> {
+    let user_verdict = match &user_reply {
+        Ok(v) => {
+            hold.user_reserved = v == "RESERVED";
+            Some(v.as_str())
+        }
+        Err(_) => None,
+    };
+    let ip_verdict = match &ip_reply {
+        Ok(v) => {
+            hold.ip_reserved = v.as_deref() == Some("RESERVED");
+            v.as_deref()
+        }
+        Err(_) => None,
+    };
+    let refusal = match (user_verdict, ip_verdict) {
+        (Some("BLACKLISTED"), _) => Some(RiskReason::Blacklisted),
+        (Some("DAILY_LIMIT"), _) => Some(RiskReason::DailyLimit),
+        (_, Some("IP_LIMIT")) => Some(RiskReason::IpLimit),
+        _ => None,
+    };
+    match (refusal, user_reply.err().or(ip_reply.err())) {
+        (Some(reason), _) => Ok(Some(reason)),
+        (None, Some(e)) => Err(e),
+        (None, None) => Ok(None),
+    }
+}
+
 fn press_key(coupon: &CouponId, request: &RequestId) -> String {
     format!("{coupon}:{request}")
 }

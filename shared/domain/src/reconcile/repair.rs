@@ -204,23 +204,40 @@ impl Reconciler {
             .restore_lost(&latest, missing, restorable, &holdings, r, now)
             .await?;
         if r.shards_rebuilt > 0 {
-            // A change committed after `latest` was read found these shards
-            // missing: apply whatever is stored now (a no-op if nothing moved).
-            let now_stored = self.ports.facts.stored(coupon).await?.unwrap_or(latest);
-            for &shard in missing {
-                self.ports.live.apply_shard(&now_stored, shard).await?;
-            }
-            for shard in 0..def.shards {
-                self.ports.repair.bump_epoch(coupon, shard).await?;
-            }
-            self.ports.facts.record_rebuild(coupon, now, restored).await?;
-            r.restored = restored;
-            r.causes.push(format!(
-                "Redis lost {} shard(s); rebuilt from DynamoDB with {restored} unit(s) and {} holder(s)",
-                r.shards_rebuilt,
-                holdings.len()
-            ));
+            self.settle_rebuild(latest, missing, restored, holdings.len(), r, now)
+                .await?;
         }
+        Ok(())
+    }
+
+    /// After the lost shards were rebuilt: a change committed after `latest`
+    /// was read found them missing, so whatever is stored now is applied (a
+    /// no-op if nothing moved); every shard's epoch moves on (a sold-out
+    /// stamp of the old state no longer holds) and the rebuild is recorded.
+    async fn settle_rebuild(
+        &self,
+        latest: StoredCoupon,
+        missing: &[u32],
+        restored: u64,
+        holders: usize,
+        r: &mut CouponReport,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let coupon = latest.definition.coupon_id.clone();
+        let shards = latest.definition.shards;
+        let now_stored = self.ports.facts.stored(&coupon).await?.unwrap_or(latest);
+        for &shard in missing {
+            self.ports.live.apply_shard(&now_stored, shard).await?;
+        }
+        for shard in 0..shards {
+            self.ports.repair.bump_epoch(&coupon, shard).await?;
+        }
+        self.ports.facts.record_rebuild(&coupon, now, restored).await?;
+        r.restored = restored;
+        r.causes.push(format!(
+            "Redis lost {} shard(s); rebuilt from DynamoDB with {restored} unit(s) and {holders} holder(s)",
+            r.shards_rebuilt
+        ));
         Ok(())
     }
 

@@ -1,0 +1,172 @@
+"""`make chaos`: one flash sale per fault, through HTTP, against the local
+stack: the functions served by `cargo lambda watch` (as `make up` serves
+them), issuance by the local event pump, the reconciler on a short tick.
+
+Each scenario runs a small sale (its own coupon) with clients that behave
+like the app: they retry a press with the same request id when the answer
+is retryable (503 BUSY, 429, a 5xx of the emulator, a broken connection),
+and stop at a final answer. A fault is injected while the sale runs and
+healed; issuance is drained and the reconciler runs until the books settle;
+then DynamoDB is read and each scenario is judged on the users' side:
+
+- winners: users told SUCCESS;
+- issued: coupons in DynamoDB;
+- oversell: coupons issued beyond the stock;
+- duplicates: coupons beyond a user's limit, or a grant issued twice;
+- lost: a grant a user was told SUCCESS for that is not in their wallet;
+- rejected_after_success: a grant a user was told SUCCESS for that the
+  issuer recorded REJECTED.
+
+Every figure but winners and issued must be 0, and issued must equal
+winners; the command prints a table, writes target/chaos/report.json, and
+exits non-zero otherwise, and also (except in the short pass, which only
+reports it) when a sale stayed closed longer than 10 s (`unavailable_ms`). Beside the promise, what the users could not do
+(`availability`): `busy` (answers that decided nothing: BUSY, a 5xx, a
+broken connection), `unavailable_ms` (the longest stretch of such answers
+between two decided ones) and `recovery_ms` (from the end of the fault to
+the first decided answer).
+
+Every scenario runs on each engine `--engines` names (`redis`: Redis OSS
+7.0, `valkey`: Valkey 8.0); the report holds
+`engines.<engine>-<version>.scenarios.<scenario>`.
+
+    python -m infra.harness.chaos                      every scenario
+    python -m infra.harness.chaos --only redis_flush   one (or a comma-separated list)
+    python -m infra.harness.chaos --short              the short pass CI runs
+    python -m infra.harness.chaos --engines redis,valkey   on both engines (make chaos)
+    python -m infra.harness.chaos --replica-acks 0     wins not acknowledged by a
+                                                       replica: failover_rollback fails
+    python -m infra.harness.chaos --replicas 1         one replica per primary: after
+                                                       a failover every win is BUSY
+                                                       until the replacement syncs
+                                                       (--replacement-seconds, 60)
+
+The faults are real ones on this machine (faults.py; the sale's machinery
+is sale.py): SQS sends refused at the wire (an HTTP proxy between the functions and the endpoint
+answers 503 to SendMessage); grab processes killed by PID while Redis's
+answer to them is held back at the endpoint (the grab runs under a minimal
+Lambda Runtime API that, like Lambda, fails the invocation and starts a
+fresh process); Redis flushed; a failover to a replica that lags (a real
+primary and replica: the replica stopped, the primary killed, the replica
+promoted and the endpoint moved to it; and the same after a lag long enough
+for a win's BUSY to be retried on other instances); Redis restored from a
+snapshot written earlier in the sale (every node killed by PID, the primary
+started again from it, the replicas synced from it) while presses go on;
+stock added while presses run; the
+coupon created again after Redis lost it; every message delivered twice;
+two reconcilers at once; poison messages on the grant queue.
+
+Redis for the run is its own primary and two replicas (of the engine)
+behind a TCP proxy that stands for ElastiCache's primary endpoint, and a
+win waits for one replica (REDIS_REPLICA_ACKS=1 of two replicas, as the
+template deploys it); a failed primary's node comes back as a replica 60 s
+after the failover.
+"""
+import argparse
+import json
+import os
+import sys
+
+from infra.harness import report as reportmod
+from infra.harness.faults import Engine, RedisPair, SqsFaults
+from infra.harness.sale import ROOT, function_env, serve, stop_serving
+from infra.harness.scenarios import SCENARIOS, SHORT, scenario
+
+ZERO = ["oversell", "duplicates", "lost", "rejected_after_success"]
+
+
+
+def run_engine(engine, names, args, sqs):
+    """Every scenario in `names` on `engine`: its own primary and replica,
+    the functions served against them."""
+    redis = RedisPair(ROOT / ".local" / "chaos-redis", engine, replicas=args.replicas)
+    rig = {"sqs": sqs, "redis": redis, "env": function_env(sqs.url, redis.url(), args.replica_acks),
+           "replacement_seconds": args.replacement_seconds}
+    results = {}
+    try:
+        proc = serve(rig["env"])
+        try:
+            for name in names:
+                print(f"== {engine.label()} {name}", flush=True)
+                results[name] = scenario(name, rig, args.short, args.seed)
+        finally:
+            stop_serving(proc)
+    finally:
+        redis.stop()
+    return results
+
+
+# The longest a sale may stay closed (only BUSY or 5xx to presses on a
+# coupon with stock left) under any fault, in ms. `make chaos` fails past it;
+# the short pass in CI reports it (a loaded CI machine is no measure).
+MAX_UNAVAILABLE_MS = 10_000
+
+
+def passed(r, availability=False):
+    """The promise: every figure 0 and every SUCCESS issued; with
+    `availability`, also open again within MAX_UNAVAILABLE_MS."""
+    kept = all(r[k] == 0 for k in ZERO) and r["issued"] == r["winners"] and r["drift"] == 0
+    return kept and (not availability or (r.get("unavailable_ms") or 0) <= MAX_UNAVAILABLE_MS)
+
+
+def main():
+    parser = argparse.ArgumentParser(description="One flash sale per fault.")
+    parser.add_argument("--only", help="comma-separated scenario names")
+    parser.add_argument("--short", action="store_true", help="the short pass: fewer scenarios, smaller sales")
+    parser.add_argument("--seed", type=int, default=20261130)
+    parser.add_argument("--engines", default=os.environ.get("REDIS_ENGINE", "redis"),
+                        help="comma-separated engines to run every scenario on: redis, valkey "
+                             "(default: REDIS_ENGINE, else redis)")
+    parser.add_argument("--replica-acks", type=int, default=1,
+                        help="REDIS_REPLICA_ACKS for the functions (0 shows failover_rollback failing)")
+    parser.add_argument("--replicas", type=int, default=2,
+                        help="replicas per primary (2, as the template deploys; 1 shows every win BUSY after a "
+                             "failover until the replacement node syncs)")
+    parser.add_argument("--replacement-seconds", type=float, default=60.0,
+                        help="failover_rollback: how long after the failover the failed node comes back as a "
+                             "replica (ElastiCache replaces a node minutes later)")
+    args = parser.parse_args()
+    names = args.only.split(",") if args.only else (SHORT if args.short else SCENARIOS)
+    unknown = set(names) - set(SCENARIOS)
+    if unknown:
+        sys.exit(f"unknown scenario(s): {', '.join(sorted(unknown))}; known: {', '.join(SCENARIOS)}")
+    try:
+        engines = [Engine(e) for e in args.engines.split(",")]
+    except (ValueError, RuntimeError) as e:
+        sys.exit(str(e))
+    (ROOT / ".local").mkdir(exist_ok=True)
+    sqs = SqsFaults(os.environ.get("AWS_ENDPOINT_URL_SQS") or os.environ["AWS_ENDPOINT_URL"])
+    report = {"engines": {}}
+    for engine in engines:
+        report["engines"][engine.label()] = {"scenarios": run_engine(engine, names, args, sqs)}
+    out = ROOT / "target" / "chaos" / "report.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+
+    cols = ["winners", "issued", *ZERO, "drift", "busy", "unavailable_ms", "recovery_ms"]
+    width = 12
+    print(f"\n  {'engine':<12}{'scenario':<24}" + "".join(f"{c[:width - 1]:>{width}}" for c in cols))
+    failed, flat = [], {}
+    judged = not args.short
+    for label, run in report["engines"].items():
+        for name, r in run["scenarios"].items():
+            flat[f"{label} {name}"] = r
+            ok = passed(r, availability=judged)
+            if not ok:
+                failed.append(f"{label} {name}")
+            slow = passed(r) and not passed(r, availability=True)
+            print(f"  {label:<12}{name:<24}" + "".join(f"{str(r[c]):>{width}}" for c in cols)
+                  + ("   <- FAILED" if not ok else f"   <- closed over {MAX_UNAVAILABLE_MS} ms" if slow else ""))
+    page = out.with_suffix(".html")
+    page.write_text(reportmod.render_chaos(flat, not failed), encoding="utf-8")
+    print(f"\n  report: {out.relative_to(ROOT)}, charts: {page.relative_to(ROOT)}")
+    if failed:
+        print(f"  FAILED: {', '.join(failed)}")
+        return 1
+    print(f"  OK: every SUCCESS is exactly one coupon, under every fault, on {', '.join(report['engines'])}"
+          + ("" if args.short else f"; no sale closed longer than {MAX_UNAVAILABLE_MS} ms"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

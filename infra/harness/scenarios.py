@@ -1,0 +1,317 @@
+"""The fault suite's scenarios (chaos.py runs them): one sale per fault,
+each as a `Run` (the sale, its issuance, the grab host where the fault
+needs one, a second sale beside it where it has one) and a fault builder
+that turns the fault into hooks on the sale's presses; then the judgement
+of the sale on the users' side (`judge`) and of what they could not do
+(`availability`)."""
+
+import collections
+import threading
+import time
+
+from infra.harness.ledger import holders, ledger, rejected_ids
+from infra.harness.sale import Issuance, Sale, call, grab_host, host_press, watch_press
+
+
+UNAVAILABLE = {"BUSY", "TRANSPORT_ERROR", "GATEWAY_ERROR"}
+
+
+def availability(answers, healed_at):
+    """What the users could not do, from every answer in the order heard:
+
+    - busy: answers that decided nothing (503 BUSY, a 5xx, a broken
+      connection);
+    - unavailable_ms: the longest stretch from an undecided answer to the
+      next decided one (any final answer, SUCCESS or a refusal such as
+      SOLD_OUT), in which presses heard only BUSY/5xx; a stretch still open
+      when the presses ended runs to the last answer;
+    - recovery_ms: from the end of the fault (`healed_at`, None when the
+      scenario has no fault with an end) to the first decided answer to a
+      press sent after it (an answer in flight across the fault proves
+      nothing)."""
+    answers = sorted(answers)
+    busy = sum(1 for _, _, code in answers if code in UNAVAILABLE)
+    longest, opened = 0.0, None
+    for at, _, code in answers:
+        if code in UNAVAILABLE:
+            opened = at if opened is None else opened
+        elif opened is not None:
+            longest, opened = max(longest, at - opened), None
+    if opened is not None:
+        longest = max(longest, answers[-1][0] - opened)
+    recovery = None
+    if healed_at is not None:
+        after = [at for at, sent, code in answers if sent >= healed_at and code not in UNAVAILABLE]
+        recovery = round(max(0.0, after[0] - healed_at) * 1000) if after else None
+    return {"busy": busy, "unavailable_ms": round(longest * 1000), "recovery_ms": recovery}
+
+
+def judge(sale, figures):
+    coupons, rejections = ledger(sale.coupon)
+    held, rejected = holders(coupons), rejected_ids(rejections)
+    wallets = collections.defaultdict(set)
+    for user, grant in held:
+        wallets[user].add(grant)
+    ids = [g for _, g in held]
+    told = {(u, g) for u, grants in sale.told.items() for g in grants}
+    return {
+        "coupon": sale.coupon,
+        "stock": sale.stock,
+        "winners": len(sale.told),
+        "issued": len(held),
+        "oversell": max(0, len(held) - sale.stock),
+        "duplicates": sum(max(0, len(g) - 1) for g in wallets.values()) + len(ids) - len(set(ids))
+        + sum(max(0, len(g) - 1) for g in sale.told.values()),
+        "lost": sum(1 for u, g in told if g not in wallets.get(u, set())),
+        "rejected_after_success": sum(1 for _, g in told if g in rejected),
+        "unsold": max(0, sale.stock - len(held)),
+        "answers": dict(sale.codes),
+        "drift": figures.get("drift"),
+    }
+
+
+# --------------------------------------------------------------- scenarios
+
+class Run:
+    """One scenario's sale as it goes: the sale, its issuance, the grab
+    host when the scenario needs one, another sale beside it when the
+    scenario has one, and the log of what was injected when (`note`). The
+    fault builders below read and drive it; `finish` judges it."""
+
+    def __init__(self, name, rig, short, seed):
+        self.name, self.rig = name, rig
+        users = 120 if short else 300
+        # snapshot_restore: units left when the restore lands, so every
+        # press could win.
+        stock = users if name == "snapshot_restore" else 40 if short else 100
+        # retry_during_lag: every press on a fresh process, as a retry after a
+        # Lambda timeout always is: its connection has written nothing.
+        self.host = (grab_host(rig["env"]) if name == "crash_after_decision"
+                     else grab_host(rig["env"], recycle=True) if name == "retry_during_lag" else None)
+        self.sale = Sale(name, stock, 4 if name == "snapshot_restore" else 2, users, seed,
+                         host_press(self.host) if self.host else watch_press)
+        self.issuance = Issuance(duplicate=name == "duplicate_delivery",
+                                 reconcilers=2 if name == "concurrent_reconcilers" else 1)
+        self.sale.create()
+        self.people = [f"{name}-u{i}" for i in range(users)]
+        self.beside, self.beside_thread = None, None
+        if name == "flush_beside_other_sales":
+            self.sell_beside(users, seed + 1)
+        self.injected = []
+        self.healed = []  # when the fault ended (its last step), for recovery_ms
+        self.began = time.monotonic()
+
+    def sell_beside(self, users, seed):
+        """Another coupon sells at a steady rate from before the fault until
+        well after it, every press a win, so grants of another sale are on
+        their way through the shared grant queue the whole time (at a rate
+        the local issuer keeps up with, as a deployment's issuer does: a
+        backlog that only grows is a capacity fault of its own)."""
+        self.beside = Sale(f"{self.name}_beside", users * 2, 2, users, seed)
+        self.beside.create()
+        people = [f"{self.name}-b{i}" for i in range(users)]
+        self.beside_thread = threading.Thread(target=self.beside.run_wave, args=(people, 1, {}),
+                                              kwargs={"per_second": 3}, daemon=True)
+        self.beside_thread.start()
+        time.sleep(2)
+
+    def note(self, what, ends_fault=False):
+        """Logs a step of the fault; `ends_fault` marks its end (recovery_ms
+        counts from the first such step)."""
+        self.injected.append({"atSecond": round(time.monotonic() - self.began, 2),
+                              "atPress": sum(self.sale.codes.values()),
+                              "successes": self.sale.codes["SUCCESS"], "what": what})
+        if ends_fault:
+            self.healed.append(time.monotonic())
+
+    def finish(self):
+        """Ends the sale beside and the grab host, settles the books and
+        judges the sale (the promise over both sales when there are two,
+        availability on this one)."""
+        if self.beside:
+            self.beside_thread.join()
+            self.note(f"the other coupon's sale ended ({self.beside.codes['SUCCESS']} SUCCESS)")
+        if self.host:
+            if self.host.recycle:
+                self.note(f"{self.host.restarts} grab processes started fresh, one per press")
+            self.host.close()
+        result = judge(self.sale, self.issuance.settle(self.sale.coupon))
+        if self.beside:
+            other = judge(self.beside, self.issuance.settle(self.beside.coupon))
+            for key in ("winners", "issued", "oversell", "duplicates", "lost", "rejected_after_success", "unsold"):
+                result[key] += other[key]
+            result["drift"] = (result["drift"] or 0) + (other["drift"] or 0)
+            result["beside"] = other
+        result.update(availability(self.sale.answers, self.healed[0] if self.healed else None))
+        result["injected"] = self.injected
+        # Repair requests grabs sent when they found the coupon's state gone,
+        # handed to the reconciler by the pump (the repair queue's mapping).
+        result["repairRequests"] = self.issuance.pump.repairs
+        return result
+
+
+# Each fault: what it does, as hooks (a share of the wave's presses -> the
+# step to run then, in a thread of its own).
+
+def sqs_outage(run):
+    faults = run.rig["sqs"]
+
+    def outage():
+        run.note("SQS refuses every SendMessage for 3 s")
+        faults.refusing.set()
+        time.sleep(3)
+        faults.refusing.clear()
+        run.note(f"SQS takes sends again ({faults.refused} refused)", ends_fault=True)
+    return {0.2: outage}
+
+
+def flush_all(run):
+    def flush():
+        run.rig["redis"].cli("FLUSHALL")
+        run.note("Redis FLUSHALL (every shard, outbox and record gone)", ends_fault=True)
+    return {0.3: flush}
+
+
+def flush_one(run):
+    # Only this coupon's keys, as a lost cluster node loses only its slots:
+    # the other sale keeps its state and keeps selling.
+    def flush():
+        deleted = run.rig["redis"].cli(
+            "EVAL", "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do "
+            "n = n + redis.call('DEL', k) end return n", "0", f"*cpn:{run.sale.coupon}:*").strip()
+        run.note(f"this coupon's Redis state deleted ({deleted} keys) while the other coupon sells",
+                 ends_fault=True)
+    return {0.3: flush}
+
+
+def recreate_after_loss(run):
+    def recreate():
+        run.rig["redis"].cli("FLUSHALL")
+        run.note("Redis FLUSHALL")
+        created = run.sale.create()
+        run.note(f"coupon created again (created={created['data']['created']})", ends_fault=True)
+    return {0.3: recreate}
+
+
+def failover(run):
+    # retry_during_lag: the replica lags long enough for the BUSY of a win
+    # to be retried many times, each on a fresh process (a connection that
+    # wrote nothing), before the failover.
+    lag = 5.0 if run.name == "retry_during_lag" else 2.0
+    redis, replacement = run.rig["redis"], run.rig["replacement_seconds"]
+
+    def fail_over():
+        run.note(f"replication stalls (the replica lags); {lag:g} s later the primary is killed, the replica promoted")
+        redis.fail_over(
+            lag_seconds=lag,
+            replacement_seconds=replacement,
+            promoted=lambda: run.note(f"endpoint moved to the promoted replica ({redis.replicas_left()} replica(s) "
+                                      f"in sync); the replacement node comes {replacement:g} s later",
+                                      ends_fault=True),
+        )
+        run.note("the replacement replica is in sync")
+    return {0.3: fail_over}
+
+
+def snapshot_restore(run):
+    # By units sold, not presses: the snapshot at 30% of the stock, the
+    # restore at 60%, so the units between were issued and told SUCCESS.
+    sale, redis = run.sale, run.rig["redis"]
+
+    def sold(share):
+        deadline = time.monotonic() + 60
+        while sale.codes["SUCCESS"] < share * sale.stock and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def snapshot_then_restore():
+        sold(0.3)
+        redis.cli("SAVE")
+        run.note("snapshot written (SAVE)")
+        sold(0.6)
+        redis.restart_from_snapshot()
+        run.note("every node killed; the primary restarted from the snapshot, the replicas synced from it",
+                 ends_fault=True)
+    return {0.0: snapshot_then_restore}
+
+
+def crash_after_decision(run):
+    proxy, host = run.rig["redis"].proxy, run.host
+
+    def crashes():
+        killed = 0
+        for _ in range(8):
+            # Replies held at the endpoint: whatever a grab process asked
+            # Redis has run there, and the answer has not reached it.
+            proxy.holding.set()
+            time.sleep(0.15)
+            killed += host.kill_busy()
+            time.sleep(0.05)
+            proxy.holding.clear()
+            time.sleep(0.4)
+        run.note(f"{killed} grab processes killed by PID between a Redis call and its answer "
+                 f"(8 rounds; {host.restarts} fresh processes started)", ends_fault=True)
+    return {0.15: crashes}
+
+
+def poison_messages(run):
+    pump = run.issuance.pump
+
+    def poison():
+        for i in range(10):
+            # A FIFO queue: each in a group of its own, so none holds up a lane.
+            pump.sqs.send_message(QueueUrl=pump.queue, MessageBody=f'{{"not":"a grant {i}"}}',
+                                  MessageGroupId=f"poison-{i}",
+                                  MessageDeduplicationId=f"poison-{time.time_ns()}-{i}")
+        run.note("10 poison messages on the grant queue", ends_fault=True)
+    return {0.3: poison}
+
+
+def refill_after_sell_out(run):
+    """refill_during_sale, after the first wave sold out: half the stock
+    again through the admin API, and the users who won nothing press again."""
+    sale = run.sale
+    add = sale.stock // 2
+    status, _ = call("POST", f"/lambda-url/admin/admin/coupons/{sale.coupon}/stock", {"add": add},
+                     {"idempotency-key": f"refill-{sale.coupon}"})
+    run.note(f"{add} units added after the sell-out (status {status}), presses go on")
+    sale.stock += add
+    time.sleep(1.2)  # past the instances' sold-out memory
+    sale.run_wave([u for u in run.people if u not in sale.told], 2, {})
+
+
+FAULTS = {
+    "sqs_outage": sqs_outage,
+    "redis_flush": flush_all,
+    "concurrent_reconcilers": flush_all,
+    "flush_beside_other_sales": flush_one,
+    "recreate_after_loss": recreate_after_loss,
+    "failover_rollback": failover,
+    "retry_during_lag": failover,
+    "snapshot_restore": snapshot_restore,
+    "crash_after_decision": crash_after_decision,
+    "poison_messages": poison_messages,
+}
+# A failover must land while units are still being won: arrivals spread
+# over a few seconds instead of a burst that sells out in one (presses per
+# second; the others as fast as the clients go).
+PACE = {"snapshot_restore": 50, "failover_rollback": 80, "retry_during_lag": 80}
+
+
+def scenario(name, rig, short, seed):
+    """One sale under the fault `name`: the first wave with the fault's
+    hooks, a second wave where the scenario has one, then the judgement."""
+    run = Run(name, rig, short, seed)
+    hooks = FAULTS[name](run) if name in FAULTS else {}
+    run.sale.run_wave(run.people, 1, hooks, per_second=PACE.get(name))
+    if name == "refill_during_sale":
+        refill_after_sell_out(run)
+    return run.finish()
+
+
+SCENARIOS = [
+    "sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale",
+    "recreate_after_loss", "duplicate_delivery", "concurrent_reconcilers", "poison_messages", "retry_during_lag",
+    "snapshot_restore", "flush_beside_other_sales",
+]
+SHORT = ["sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale",
+         "retry_during_lag", "snapshot_restore", "flush_beside_other_sales"]

@@ -1,0 +1,64 @@
+"""What the template tests read: template.yaml (with CloudFormation's
+short-form tags), the local resources, and each function's required
+settings as its `Config` reads them."""
+import json
+import pathlib
+import re
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+class CfnLoader(yaml.SafeLoader):
+    """Reads CloudFormation short-form tags (!Ref, !GetAtt, !Sub, ...)."""
+
+
+def _tag(loader, suffix, node):
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    return {suffix: value}
+
+
+CfnLoader.add_multi_constructor("!", _tag)
+
+
+def template():
+    return yaml.load((ROOT / "template.yaml").read_text(), Loader=CfnLoader)
+
+
+def resources():
+    return json.loads((ROOT / "infra" / "local" / "resources.json").read_text())
+
+
+FUNCTIONS = {
+    "grab": "GrabFunction",
+    "issuer": "IssuerFunction",
+    "reconciler": "ReconcilerFunction",
+    "wallet": "WalletFunction",
+    "admin": "AdminFunction",
+    "notifier": "NotifierFunction",
+}
+
+
+def config_source(function):
+    """The function's own `Config` (functions/<name>/src/config.rs)."""
+    return (ROOT / "functions" / function / "src" / "config.rs").read_text()
+
+
+def required_settings():
+    """Each function config's required variables, read from the code."""
+    found = {}
+    for function in FUNCTIONS:
+        block = config_source(function).split("impl Config {", 1)[1].split("\nimpl ", 1)[0]
+        names = set(re.findall(r'env\.required\("([A-Z_]+)"\)', block))
+        if "TableNames::from_env(env)" in block:
+            names |= {"COUPONS_TABLE", "USER_COUPONS_TABLE"}
+        if "RedisSettings::from_env(env)" in block or "RedisSettings::is_configured(env)" in block:
+            names.add("REDIS_URL|REDIS_HOST")
+        found[function] = names
+    return found
