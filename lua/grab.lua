@@ -34,44 +34,12 @@ local request_id, ttl = ARGV[5], ARGV[6]
 local prior = redis.call('GET', req)
 if prior then return {'REPLAY', prior} end
 
-local m = redis.call('HMGET', meta, 'status', 'start_ms', 'end_ms',
-  'min_level', 'per_user_limit', 'rate', 'burst', 'tokens', 'bucket_ms',
-  'stock', 'shards', 'soldout', 'epoch')
-if not m[1] then return {'NOT_FOUND'} end
-if m[1] ~= 'ONLINE' then return {'OFFLINE'} end
-if now < tonumber(m[2]) then return {'NOT_STARTED', m[2]} end
-if now >= tonumber(m[3]) then return {'ENDED'} end
-if level < tonumber(m[4]) then return {'NOT_ELIGIBLE', m[4]} end
-
+-- Every refusal the shard decides (lib.lua); the admission takes the rate
+-- limit's token, so a commit does not take a second one.
+local refused, m, claimed = refusal(meta, users, user, level, now,
+  step == 'commit' and 'skip' or 'take')
+if refused then return refused end
 local stock = tonumber(m[10])
--- Sold out for certain: one shard only, or a full scan of every shard found
--- nothing since the last stock increase (soldout is stamped with the epoch
--- that any increase bumps). Before the per-user count, as the instances'
--- sold-out memory answers too: after a sell-out a holder pressing again
--- hears SOLD_OUT, and the press costs no read of the users hash.
-if stock <= 0 and (tonumber(m[11]) <= 1 or m[12] == m[13]) then
-  return {'SOLD_OUT'}
-end
-
-local claimed = tonumber(redis.call('HGET', users, user) or '0')
-if claimed >= tonumber(m[5]) then return {'ALREADY_CLAIMED'} end
-
--- Per-shard token bucket; a rate of 0 turns it off. The admission takes
--- the token, so a commit does not take a second one.
-local rate = tonumber(m[6])
-if rate > 0 and step ~= 'commit' then
-  local burst = tonumber(m[7])
-  local tokens = tonumber(m[8]) or burst
-  local last = tonumber(m[9]) or now
-  if now > last then
-    tokens = math.min(burst, tokens + (now - last) * rate / 1000)
-    last = now
-  end
-  if tokens < 1 then
-    return {'RATE_LIMITED', tostring(math.ceil((1 - tokens) * 1000 / rate))}
-  end
-  redis.call('HSET', meta, 'tokens', tostring(tokens - 1), 'bucket_ms', last)
-end
 if step == 'admit' then return {'ADMITTED'} end
 -- A claim writes what sells (a unit, or a reservation that borrows one):
 -- never on state a restart may have rolled back (lib.lua, verified()).

@@ -1,5 +1,5 @@
--- Shared prelude, compiled in front of grab.lua, take.lua, settle.lua,
--- preheat.lua and verify.lua (the lua! macro of
+-- Shared prelude, compiled in front of grab.lua, peek.lua, take.lua,
+-- settle.lua, preheat.lua, verify.lua and drop_if_behind.lua (the lua! macro of
 -- shared/adapters/src/redis/scripts.rs). Each script runs
 -- on ONE stock shard: every key it touches is passed in KEYS and carries the
 -- shard's hash tag {cpn:<coupon>:<shard>}, so it is valid on Redis Cluster.
@@ -84,4 +84,51 @@ local function verified(meta)
   if not up or now - up * 1000 + 2000 > tonumber(m[2] or '0') then return false end
   redis.call('HSET', meta, 'run', id, 'w', now)
   return true
+end
+
+-- The refusals a press's home shard decides, in the order a press hears
+-- them: the one copy of them, for grab.lua's admission and commit and for
+-- peek.lua's dry run. `bucket` says what the rate limit does: 'take' takes
+-- the press's token (an admission, a whole claim), 'skip' passes it (a
+-- commit: its admission took the token), 'look' only looks (a dry run
+-- changes nothing). Returns the refusal ({kind, detail}), or nil with the
+-- shard's meta fields as read and the claims the user holds here.
+local function refusal(meta, users, user, level, now, bucket)
+  local m = redis.call('HMGET', meta, 'status', 'start_ms', 'end_ms',
+    'min_level', 'per_user_limit', 'rate', 'burst', 'tokens', 'bucket_ms',
+    'stock', 'shards', 'soldout', 'epoch')
+  if not m[1] then return {'NOT_FOUND'} end
+  if m[1] ~= 'ONLINE' then return {'OFFLINE'} end
+  if now < tonumber(m[2]) then return {'NOT_STARTED', m[2]} end
+  if now >= tonumber(m[3]) then return {'ENDED'} end
+  if level < tonumber(m[4]) then return {'NOT_ELIGIBLE', m[4]} end
+  -- Sold out for certain: one shard only, or a full scan of every shard
+  -- found nothing since the last stock increase (soldout is stamped with
+  -- the epoch that any increase bumps). Before the per-user count, as the
+  -- instances' sold-out memory answers too: after a sell-out a holder
+  -- pressing again hears SOLD_OUT, and the press costs no read of the
+  -- users hash.
+  if tonumber(m[10]) <= 0 and (tonumber(m[11]) <= 1 or m[12] == m[13]) then
+    return {'SOLD_OUT'}
+  end
+  local claimed = tonumber(redis.call('HGET', users, user) or '0')
+  if claimed >= tonumber(m[5]) then return {'ALREADY_CLAIMED'} end
+  -- Per-shard token bucket; a rate of 0 turns it off.
+  local rate = tonumber(m[6])
+  if rate > 0 and bucket ~= 'skip' then
+    local burst = tonumber(m[7])
+    local tokens = tonumber(m[8]) or burst
+    local last = tonumber(m[9]) or now
+    if now > last then
+      tokens = math.min(burst, tokens + (now - last) * rate / 1000)
+      last = now
+    end
+    if tokens < 1 then
+      return {'RATE_LIMITED', tostring(math.ceil((1 - tokens) * 1000 / rate))}
+    end
+    if bucket == 'take' then
+      redis.call('HSET', meta, 'tokens', tostring(tokens - 1), 'bucket_ms', last)
+    end
+  end
+  return nil, m, claimed
 end

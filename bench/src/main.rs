@@ -213,6 +213,15 @@ async fn every_scenario(env: &BenchEnv, rows: &mut Table) -> (BTreeMap<String, V
     );
     summary.insert("redis_cpu_us_per_refusal".into(), json!(trips.cpu_per_refusal));
     summary.insert("press_costs_by_outcome".into(), trips.by_outcome.clone());
+    summary.insert(
+        "dry_run_costs".into(),
+        json!({
+            "refusedRedisCpuUs": trips.cpu_per_dry_run.0,
+            "refusedRoundTrips": trips.dry_run_trips.0,
+            "wouldWinRedisCpuUs": trips.cpu_per_dry_run.1,
+            "wouldWinRoundTrips": trips.dry_run_trips.1,
+        }),
+    );
 
     let aws = scenarios::aws_calls(env, rows).await;
     summary.insert("aws_calls_per_issued_coupon".into(), json!(aws.per_coupon));

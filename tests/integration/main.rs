@@ -10,6 +10,7 @@ mod admission;
 mod bad_input;
 mod bodies;
 mod cluster;
+mod dry_run;
 mod elasticache;
 mod failover;
 mod flash_sale;

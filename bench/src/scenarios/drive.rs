@@ -39,6 +39,9 @@ pub enum Feed {
     Events,
     /// An already-parsed request (what the runtime hands `grab::handle`).
     Requests,
+    /// Already-parsed dry runs (`GET /coupons/{couponId}/eligibility`):
+    /// what a press would get, changing nothing.
+    DryRuns,
 }
 
 fn event(tpl: &str, coupon: &str, user: &str, request: &str, _n: u64) -> String {
@@ -108,14 +111,32 @@ pub(crate) fn built(
     user: &str,
     request: &str,
 ) -> lambda_http::Request {
+    built_as(base, coupon, user, request, false)
+}
+
+/// [`built`], or with `dry_run` the dry run of that press (a GET, no body).
+fn built_as(
+    base: &lambda_http::http::request::Parts,
+    coupon: &str,
+    user: &str,
+    request: &str,
+    dry_run: bool,
+) -> lambda_http::Request {
     use lambda_http::request::RequestContext;
-    let mut req = lambda_http::http::Request::builder()
-        .method(base.method.clone())
-        .uri(format!(
-            "https://abc123.execute-api.us-east-1.amazonaws.com/coupons/{coupon}/grab"
-        ))
-        .body(lambda_http::Body::Text(format!("{{\"requestId\":\"{request}\"}}")))
-        .expect("request");
+    let host = "https://abc123.execute-api.us-east-1.amazonaws.com";
+    let builder = lambda_http::http::Request::builder();
+    let mut req = if dry_run {
+        builder
+            .method(lambda_http::http::Method::GET)
+            .uri(format!("{host}/coupons/{coupon}/eligibility"))
+            .body(lambda_http::Body::Empty)
+    } else {
+        builder
+            .method(base.method.clone())
+            .uri(format!("{host}/coupons/{coupon}/grab"))
+            .body(lambda_http::Body::Text(format!("{{\"requestId\":\"{request}\"}}")))
+    }
+    .expect("request");
     *req.headers_mut() = base.headers.clone();
     *req.extensions_mut() = base.extensions.clone();
     if let Some(RequestContext::ApiGatewayV2(ctx)) = req.extensions_mut().get_mut::<RequestContext>() {
@@ -152,9 +173,12 @@ fn request_pools(
     let per_task = (150_000 / callers.max(1)).clamp(1_000, 40_000).min(limit as usize);
     (0..callers)
         .map(|t| match feed {
-            Feed::Requests => (1..=per_task)
+            Feed::Requests | Feed::DryRuns => (1..=per_task)
                 .rev()
-                .map(|i| built(parts, coupon, &names.user(t, i as u64), &names.request(i as u64)))
+                .map(|i| {
+                    let (user, request) = (names.user(t, i as u64), names.request(i as u64));
+                    built_as(parts, coupon, &user, &request, feed == Feed::DryRuns)
+                })
                 .collect(),
             Feed::Events => Vec::new(),
         })
@@ -205,9 +229,15 @@ pub(crate) async fn drive_as(
                     // A machine faster than the pool was sized for: build
                     // the rest as it goes (timed, so the figure is lower,
                     // never a crash).
-                    Feed::Requests => match pool.pop() {
+                    Feed::Requests | Feed::DryRuns => match pool.pop() {
                         Some(r) => r,
-                        None => built(&parts, &coupon, &names.user(t, i), &format!("x{i}")),
+                        None => built_as(
+                            &parts,
+                            &coupon,
+                            &names.user(t, i),
+                            &format!("x{i}"),
+                            feed == Feed::DryRuns,
+                        ),
                     },
                 };
                 let resp = grab::handle(&app, req).await.expect("infallible");

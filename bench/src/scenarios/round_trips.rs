@@ -27,6 +27,11 @@ pub struct Costs {
     pub loser_remembered: f64,
     /// The largest Redis CPU per press over the same refusals (µs).
     pub cpu_per_refusal: f64,
+    /// Redis CPU of a dry run the home shard refuses, and of one that
+    /// would win (µs).
+    pub cpu_per_dry_run: (f64, f64),
+    /// Round trips of the same two dry runs.
+    pub dry_run_trips: (f64, f64),
     /// Everything, by outcome.
     pub by_outcome: Value,
 }
@@ -44,6 +49,19 @@ struct Case {
     /// Users press in turn from this many per caller (they already hold
     /// the coupon), or a fresh user per press.
     cycle: Option<u64>,
+    /// Measured as dry runs (`GET .../eligibility`) rather than presses.
+    dry_run: bool,
+}
+
+impl Case {
+    /// Presses, or their dry runs.
+    fn feed(&self) -> Feed {
+        if self.dry_run {
+            Feed::DryRuns
+        } else {
+            Feed::Requests
+        }
+    }
 }
 
 fn cases() -> Vec<Case> {
@@ -53,6 +71,8 @@ fn cases() -> Vec<Case> {
     rate.burst = 1;
     let mut gated = fresh("gated", 1_000_000_000);
     gated.min_member_level = 9; // the fixture's users are level 2
+    let mut dry_gated = fresh("dry-gated", 1_000_000_000);
+    dry_gated.min_member_level = 9;
     vec![
         Case {
             name: "winner",
@@ -61,6 +81,7 @@ fn cases() -> Vec<Case> {
             def: fresh("win", 1_000_000_000),
             memory_ms: 0,
             cycle: None,
+            dry_run: false,
         },
         Case {
             name: "rate limited",
@@ -69,6 +90,7 @@ fn cases() -> Vec<Case> {
             def: rate,
             memory_ms: 0,
             cycle: None,
+            dry_run: false,
         },
         Case {
             name: "already claimed",
@@ -77,6 +99,7 @@ fn cases() -> Vec<Case> {
             def: fresh("held", 1_000_000_000),
             memory_ms: 0,
             cycle: Some(16),
+            dry_run: false,
         },
         Case {
             name: "not eligible",
@@ -85,6 +108,7 @@ fn cases() -> Vec<Case> {
             def: gated,
             memory_ms: 0,
             cycle: None,
+            dry_run: false,
         },
         Case {
             name: "sold out, memory off",
@@ -93,6 +117,7 @@ fn cases() -> Vec<Case> {
             def: fresh("gone", 1),
             memory_ms: 0,
             cycle: None,
+            dry_run: false,
         },
         Case {
             name: "sold out, memory on",
@@ -101,6 +126,28 @@ fn cases() -> Vec<Case> {
             def: fresh("gone-mem", 1),
             memory_ms: 600_000,
             cycle: None,
+            dry_run: false,
+        },
+        // The dry run: refused on the home shard (the member level, as
+        // the press above), and one that would win (the risk rules read
+        // as well).
+        Case {
+            name: "dry run, not eligible",
+            status: 403,
+            refusal: false,
+            def: dry_gated,
+            memory_ms: 0,
+            cycle: None,
+            dry_run: true,
+        },
+        Case {
+            name: "dry run, would win",
+            status: 200,
+            refusal: false,
+            def: fresh("dry-win", 1_000_000_000),
+            memory_ms: 0,
+            cycle: None,
+            dry_run: true,
         },
     ]
 }
@@ -154,7 +201,7 @@ async fn at_the_wire(rig: &Rig<'_>, case: &Case) -> (f64, f64, u64) {
     let one = prepared(rig, case, &rig.proxied, 1, "p0").await;
     let id = case.def.coupon_id.as_str();
     let (c0, t0) = (rig.wire.commands(), rig.wire.round_trips());
-    let d = drive_as(&one, id, "p", Duration::from_secs(600), N, Feed::Requests, case.cycle).await;
+    let d = drive_as(&one, id, "p", Duration::from_secs(600), N, case.feed(), case.cycle).await;
     let (commands, trips) = (rig.wire.commands() - c0, rig.wire.round_trips() - t0);
     // A rate limit of one token per second lets a press through now and
     // then: those are winners, not this case.
@@ -176,7 +223,7 @@ async fn redis_cpu_per_press(rig: &Rig<'_>, case: &Case) -> (f64, Vec<f64>, u64)
     let mut pressed = 0;
     for label in ["c1", "c2", "c3"] {
         let before = redis_cpu(url).await;
-        let load = drive_as(&many, id, label, rig.env.run, u64::MAX, Feed::Requests, case.cycle).await;
+        let load = drive_as(&many, id, label, rig.env.run, u64::MAX, case.feed(), case.cycle).await;
         runs.push((redis_cpu(url).await - before) * 1e6 / load.total as f64);
         let share = load.status(case.status) as f64 / load.total as f64;
         assert!(share >= 0.99, "{}: {:?}", case.name, load.by_status);
@@ -215,6 +262,7 @@ pub async fn round_trips(env: &BenchEnv, rows: &mut Table) -> Costs {
     };
     let setup = store(&env.redis_url, false).await;
     let (mut winner, mut loser, mut remembered, mut cpu_refusal) = (0.0, 0.0_f64, 0.0, 0.0_f64);
+    let (mut dry_cpu, mut dry_trips, mut not_eligible_cpu) = ((0.0, 0.0), (0.0, 0.0), 0.0);
     let mut by_outcome = Vec::new();
     for case in cases() {
         preheat(&setup, &case.def).await;
@@ -231,6 +279,9 @@ pub async fn round_trips(env: &BenchEnv, rows: &mut Table) -> Costs {
         match case.name {
             "winner" => winner = m.trips,
             "sold out, memory on" => remembered = m.trips,
+            "not eligible" => not_eligible_cpu = m.cpu_us,
+            "dry run, not eligible" => (dry_cpu.0, dry_trips.0) = (m.cpu_us, m.trips),
+            "dry run, would win" => (dry_cpu.1, dry_trips.1) = (m.cpu_us, m.trips),
             _ => {}
         }
         if case.refusal {
@@ -259,8 +310,19 @@ pub async fn round_trips(env: &BenchEnv, rows: &mut Table) -> Costs {
         unit: "us",
         note: "target <= 25".into(),
     });
+    rows.push(Row {
+        name: "dry run refused on the home shard (not eligible): Redis CPU vs the press's refusal".into(),
+        value: dry_cpu.0 / not_eligible_cpu.max(f64::MIN_POSITIVE),
+        unit: "ratio",
+        note: format!(
+            "{:.1} us, {:.2} round trips; would win: {:.1} us, {:.2} round trips (the risk rules read too)",
+            dry_cpu.0, dry_trips.0, dry_cpu.1, dry_trips.1
+        ),
+    });
     Costs {
         winner,
+        cpu_per_dry_run: dry_cpu,
+        dry_run_trips: dry_trips,
         loser,
         loser_remembered: remembered,
         cpu_per_refusal: cpu_refusal,

@@ -11,7 +11,9 @@
 //! - [`config`]: the settings, read once at cold start.
 //! - [`route`]: method and path to a route.
 //! - [`handle`]: identity (from `coupon_edge`), parse, call
-//!   [`GrabService::grab`], render the `{code, message, data}` envelope.
+//!   [`GrabService::grab`] (`POST /coupons/{couponId}/grab`) or its dry
+//!   run [`GrabService::eligibility`] (`GET /coupons/{couponId}/eligibility`),
+//!   render the `{code, message, data}` envelope.
 //! - [`wire`]: the service over real clients, shared by `main.rs`, the
 //!   integration tests and the benchmark; [`Clients::connect`] builds the
 //!   clients at cold start.
@@ -27,7 +29,7 @@ use coupon_adapters::sqs::{SqsPublisher, SqsRepairs};
 use coupon_adapters::{aws, secrets};
 use coupon_domain::clock::{Clock, SystemClock};
 pub use coupon_domain::grab::GrabPorts;
-use coupon_domain::grab::{GrabError, GrabRequest, GrabService};
+use coupon_domain::grab::{DryRun, Eligibility, GrabError, GrabRequest, GrabService};
 use coupon_domain::ids::{CouponId, RequestId};
 use coupon_domain::metrics::{EmfMetrics, Metrics};
 use coupon_domain::outcome::{GrabOutcome, Rejection};
@@ -65,18 +67,24 @@ pub async fn handle(app: &GrabApp, req: Request) -> Result<Response<Body>, Infal
     let lang = Lang::from_accept_language(header_str(req.headers(), "accept-language"));
     let reply = match route::route(req.method(), req.uri().path()).into_route() {
         Ok(Route::Grab(raw_coupon)) => grab(app, &req, &raw_coupon).await,
+        Ok(Route::Eligibility(raw_coupon)) => eligibility(app, &req, &raw_coupon).await,
         Err(reply) => reply,
     };
     Ok(reply.into_response(lang))
 }
 
+/// Who asks about which coupon: the verified caller (401 without one) and
+/// the coupon id from the path (400 if malformed), for both routes.
+fn caller_and_coupon(app: &GrabApp, req: &Request, raw_coupon: &str) -> Result<(Caller, CouponId), Reply> {
+    let caller = identity(req, &app.edge).ok_or_else(|| Reply::error(ErrorCode::Unauthorized))?;
+    let coupon = CouponId::parse(raw_coupon).map_err(|e| Reply::invalid(e.to_string()))?;
+    Ok((caller, coupon))
+}
+
 async fn grab(app: &GrabApp, req: &Request, raw_coupon: &str) -> Reply {
-    let Some(caller) = identity(req, &app.edge) else {
-        return Reply::error(ErrorCode::Unauthorized);
-    };
-    let coupon = match CouponId::parse(raw_coupon) {
-        Ok(c) => c,
-        Err(e) => return Reply::invalid(e.to_string()),
+    let (caller, coupon) = match caller_and_coupon(app, req, raw_coupon) {
+        Ok(found) => found,
+        Err(reply) => return reply,
     };
     let request = match parse_body(req, app.edge.max_body_bytes) {
         Ok(r) => r,
@@ -96,6 +104,26 @@ async fn grab(app: &GrabApp, req: &Request, raw_coupon: &str) -> Reply {
         Err(e @ GrabError::NotReplicated) => {
             Reply::busy("grant won but not yet on a replica; the retry waits again", &e)
         }
+    }
+}
+
+/// `GET /coupons/{couponId}/eligibility`: the answer a press would get
+/// now (SUCCESS: it would win), changing nothing.
+async fn eligibility(app: &GrabApp, req: &Request, raw_coupon: &str) -> Reply {
+    let (caller, coupon) = match caller_and_coupon(app, req, raw_coupon) {
+        Ok(found) => found,
+        Err(reply) => return reply,
+    };
+    let ask = DryRun {
+        coupon,
+        user: caller.user,
+        level: caller.level,
+        ip: caller.ip,
+    };
+    match app.service.eligibility(&ask).await {
+        Ok(Eligibility::WouldWin) => Reply::success(json!({"couponId": ask.coupon, "wouldWin": true})),
+        Ok(Eligibility::Refused(reason)) => rejection_reply(&reason, false),
+        Err(e) => Reply::busy("dry run undecided", &e),
     }
 }
 
@@ -135,32 +163,35 @@ pub fn outcome_reply(outcome: &GrabOutcome) -> Reply {
             replayed: *replayed,
             granted_at_ms: grant.granted_at_ms,
         }),
-        GrabOutcome::Rejected { reason, replayed } => {
-            let (code, mut data) = match reason {
-                Rejection::NotFound => (ErrorCode::CouponNotFound, json!({})),
-                Rejection::Offline => (ErrorCode::CouponNotActive, json!({"reason": "OFFLINE"})),
-                Rejection::NotStarted { starts_at_ms } => (
-                    ErrorCode::CouponNotActive,
-                    json!({"reason": "NOT_STARTED", "startsAtMs": starts_at_ms}),
-                ),
-                Rejection::Ended => (ErrorCode::CouponNotActive, json!({"reason": "ENDED"})),
-                Rejection::NotEligible { min_level } => (ErrorCode::NotEligible, json!({"minLevel": min_level})),
-                Rejection::AlreadyClaimed => (ErrorCode::AlreadyClaimed, json!({})),
-                Rejection::SoldOut => (ErrorCode::SoldOut, json!({})),
-                Rejection::RateLimited { retry_after_ms } => {
-                    let reply = Reply::error(ErrorCode::RateLimited)
-                        .with_data(json!({"retryAfterMs": retry_after_ms}))
-                        .with_header(header::RETRY_AFTER, &retry_after_ms.div_ceil(1000).max(1).to_string());
-                    return reply;
-                }
-                Rejection::Risk(r) => (ErrorCode::RiskRejected, json!({"reason": r.as_str()})),
-            };
-            if *replayed {
-                data["replayed"] = Value::Bool(true);
-            }
-            Reply::error(code).with_data(data)
-        }
+        GrabOutcome::Rejected { reason, replayed } => rejection_reply(reason, *replayed),
     }
+}
+
+/// Maps a refusal to the envelope: the one mapping, for a press and for
+/// its dry run alike (same codes, same data).
+pub fn rejection_reply(reason: &Rejection, replayed: bool) -> Reply {
+    let (code, mut data) = match reason {
+        Rejection::NotFound => (ErrorCode::CouponNotFound, json!({})),
+        Rejection::Offline => (ErrorCode::CouponNotActive, json!({"reason": "OFFLINE"})),
+        Rejection::NotStarted { starts_at_ms } => (
+            ErrorCode::CouponNotActive,
+            json!({"reason": "NOT_STARTED", "startsAtMs": starts_at_ms}),
+        ),
+        Rejection::Ended => (ErrorCode::CouponNotActive, json!({"reason": "ENDED"})),
+        Rejection::NotEligible { min_level } => (ErrorCode::NotEligible, json!({"minLevel": min_level})),
+        Rejection::AlreadyClaimed => (ErrorCode::AlreadyClaimed, json!({})),
+        Rejection::SoldOut => (ErrorCode::SoldOut, json!({})),
+        Rejection::RateLimited { retry_after_ms } => {
+            return Reply::error(ErrorCode::RateLimited)
+                .with_data(json!({"retryAfterMs": retry_after_ms}))
+                .with_header(header::RETRY_AFTER, &retry_after_ms.div_ceil(1000).max(1).to_string());
+        }
+        Rejection::Risk(r) => (ErrorCode::RiskRejected, json!({"reason": r.as_str()})),
+    };
+    if replayed {
+        data["replayed"] = Value::Bool(true);
+    }
+    Reply::error(code).with_data(data)
 }
 
 /// What a grab instance is built from, made once at cold start.

@@ -9,6 +9,8 @@ use lambda_http::http::Method;
 pub enum Route {
     /// `POST /coupons/{couponId}/grab`, with the decoded, unparsed coupon id.
     Grab(String),
+    /// `GET /coupons/{couponId}/eligibility`: the dry run of a press.
+    Eligibility(String),
 }
 
 /// Routes `method` and `path`.
@@ -18,6 +20,9 @@ pub fn route(method: &Method, path: &str) -> Matched<Route> {
     };
     match segments.as_slice().as_slice() {
         ["coupons", coupon, "grab"] => by_method(method, "POST", [(Method::POST, Route::Grab(coupon.to_string()))]),
+        ["coupons", coupon, "eligibility"] => {
+            by_method(method, "GET", [(Method::GET, Route::Eligibility(coupon.to_string()))])
+        }
         _ => Matched::NotFound,
     }
 }
@@ -32,6 +37,18 @@ mod tests {
         assert_eq!(grab("/coupons/c1/grab"), Matched::Route(Route::Grab("c1".into())));
         assert_eq!(grab("/coupons/c1/grab/"), Matched::Route(Route::Grab("c1".into())));
         assert_eq!(grab("/coupons/c%2D1/grab"), Matched::Route(Route::Grab("c-1".into())));
+    }
+
+    #[test]
+    fn the_dry_run_is_a_get_on_the_coupon_s_eligibility() {
+        assert_eq!(
+            route(&Method::GET, "/coupons/c1/eligibility"),
+            Matched::Route(Route::Eligibility("c1".into()))
+        );
+        assert_eq!(
+            route(&Method::POST, "/coupons/c1/eligibility"),
+            Matched::MethodNotAllowed("GET")
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use coupon_domain::clock::ManualClock;
-use coupon_domain::grab::ports::{ClaimReply, Recorded};
+use coupon_domain::grab::ports::{ClaimReply, PeekReply, Recorded};
 use coupon_domain::grant::GrantRecord;
 use coupon_domain::metrics::RecordingMetrics;
 use coupon_domain::testing::{FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, ScriptedLedger};
@@ -22,6 +22,7 @@ fn edge(trust: bool) -> EdgeSettings {
 fn fixture(name: &str) -> Request {
     let json = match name {
         "jwt" => include_str!("../../../tests/fixtures/grab_jwt.json"),
+        "eligibility" => include_str!("../../../tests/fixtures/eligibility_jwt.json"),
         _ => include_str!("../../../tests/fixtures/grab_function_url.json"),
     };
     lambda_http::request::from_str(json).expect("fixture is a valid event")
@@ -201,4 +202,49 @@ async fn a_win_the_queue_refused_is_503_busy_not_success() {
     let resp = handle(&app(won(), queue), fixture("jwt")).await.unwrap();
     assert_eq!(resp.status(), 503);
     assert_eq!(resp.headers()["retry-after"], "1");
+}
+
+#[tokio::test]
+async fn a_dry_run_that_would_win_is_success_with_the_coupon_and_claims_nothing() {
+    let queue = Arc::new(FakeQueue::default());
+    let app = app(
+        ScriptedLedger {
+            shards: 1,
+            ..Default::default()
+        },
+        queue.clone(),
+    );
+    let (status, body) = answer(&app, fixture("eligibility")).await;
+    assert_eq!((status, body["code"].as_str()), (200, Some("SUCCESS")), "{body}");
+    assert_eq!(body["data"], json!({"couponId": "spring-20", "wouldWin": true}));
+    assert!(queue.sent.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_dry_run_answers_a_refusal_with_the_code_and_data_a_press_would_get() {
+    let app = app(
+        ScriptedLedger {
+            shards: 1,
+            peek: Some(PeekReply::Rejected(Rejection::NotStarted { starts_at_ms: 7_000 })),
+            ..Default::default()
+        },
+        Arc::default(),
+    );
+    let (status, body) = answer(&app, fixture("eligibility")).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("COUPON_NOT_ACTIVE")),
+        "{body}"
+    );
+    assert_eq!(body["data"], json!({"reason": "NOT_STARTED", "startsAtMs": 7_000}));
+}
+
+#[tokio::test]
+async fn a_dry_run_without_a_verified_identity_is_401() {
+    let app = app(ScriptedLedger::default(), Arc::default());
+    let mut event: Value = serde_json::from_str(include_str!("../../../tests/fixtures/eligibility_jwt.json")).unwrap();
+    event["requestContext"].as_object_mut().unwrap().remove("authorizer");
+    let req = lambda_http::request::from_str(&event.to_string()).unwrap();
+    let (status, body) = answer(&app, req).await;
+    assert_eq!((status, body["code"].as_str()), (401, Some("UNAUTHORIZED")), "{body}");
 }

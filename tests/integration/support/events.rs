@@ -79,6 +79,16 @@ impl Event {
         e.body(&json!({ "requestId": request_id }).to_string())
     }
 
+    /// `tests/fixtures/eligibility_jwt.json`, for `user` (level 2) asking
+    /// what a press on `coupon` would get now.
+    pub fn eligibility(coupon: &str, user: &str) -> Self {
+        let mut v: Value = serde_json::from_str(include_str!("../../fixtures/eligibility_jwt.json")).unwrap();
+        v["requestContext"]["authorizer"]["jwt"]["claims"]["sub"] = user.into();
+        let mut e = Self(v).path(&format!("/coupons/{coupon}/eligibility"));
+        e.0["pathParameters"]["couponId"] = coupon.into();
+        e
+    }
+
     /// `tests/fixtures/grab_function_url.json`: no JWT, identity headers.
     pub fn function_url() -> Self {
         Self(serde_json::from_str(include_str!("../../fixtures/grab_function_url.json")).unwrap())

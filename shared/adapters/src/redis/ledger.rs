@@ -3,14 +3,16 @@
 
 use async_trait::async_trait;
 use coupon_domain::error::StoreError;
-use coupon_domain::grab::ports::{BorrowEnd, Claim, ClaimReply, ClaimStep, Recorded, StockLedger, TakeReply};
+use coupon_domain::grab::ports::{
+    BorrowEnd, Claim, ClaimReply, ClaimStep, Peek, PeekReply, Recorded, StockLedger, TakeReply,
+};
 use coupon_domain::ids::CouponId;
 use coupon_domain::outcome::Rejection;
 use redis::AsyncCommands;
 
 use super::conn::{protocol, unavailable, Redis};
 use super::records::{encode_win, parse_recorded, parse_win};
-use super::scripts::{evalsha, number, run, GRAB, SETTLE, TAKE};
+use super::scripts::{evalsha, number, run, GRAB, PEEK, SETTLE, TAKE};
 
 /// How long a shard's WAIT fence outlives its last win: long enough to
 /// never be written and gone in one pipeline, short enough that a sale's
@@ -79,25 +81,35 @@ impl StockLedger for RedisLedger {
                 _ => return Err(protocol(WHAT, "BORROW without a reservation")),
             },
             Some("ADMITTED") if step == ClaimStep::Admit => ClaimReply::Admitted,
-            // No usable state: lost, or its server restarted since it was
-            // verified (lua/lib.lua, verified()). Either way BUSY and a
-            // repair request, as for a lost shard.
-            Some("NOT_FOUND") | Some("UNVERIFIED") => ClaimReply::Rejected(Rejection::NotFound),
-            Some("OFFLINE") => ClaimReply::Rejected(Rejection::Offline),
-            Some("NOT_STARTED") => ClaimReply::Rejected(Rejection::NotStarted {
-                starts_at_ms: number(WHAT, &reply, 1)?,
-            }),
-            Some("ENDED") => ClaimReply::Rejected(Rejection::Ended),
-            Some("NOT_ELIGIBLE") => ClaimReply::Rejected(Rejection::NotEligible {
-                min_level: number(WHAT, &reply, 1)?,
-            }),
-            Some("ALREADY_CLAIMED") => ClaimReply::Rejected(Rejection::AlreadyClaimed),
-            Some("SOLD_OUT") => ClaimReply::Rejected(Rejection::SoldOut),
-            Some("RATE_LIMITED") => ClaimReply::Rejected(Rejection::RateLimited {
-                retry_after_ms: number(WHAT, &reply, 1)?,
-            }),
-            other => return Err(protocol(WHAT, format!("unknown reply {other:?}"))),
+            _ => ClaimReply::Rejected(rejection(WHAT, &reply)?),
         })
+    }
+
+    async fn peek(&self, peek: &Peek<'_>) -> Result<PeekReply, StoreError> {
+        const WHAT: &str = "peek.lua";
+        let k = self.redis.keys.shard(peek.coupon, peek.home_shard);
+        let mut conn = self.redis.conn.clone();
+        let mut cmd = evalsha(&PEEK, 2);
+        cmd.arg(k.meta())
+            .arg(k.users())
+            .arg(peek.user.as_str())
+            .arg(peek.level)
+            .arg(peek.now_ms);
+        let reply: Vec<String> = run(&mut conn, &PEEK, &cmd).await.map_err(unavailable)?;
+        Ok(match reply.first().map(String::as_str) {
+            Some("OPEN") => PeekReply::Open,
+            Some("EMPTY") => PeekReply::Empty,
+            _ => PeekReply::Rejected(rejection(WHAT, &reply)?),
+        })
+    }
+
+    async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<u64, StoreError> {
+        let mut conn = self.redis.conn.clone();
+        let stock: Option<i64> = conn
+            .hget(self.redis.keys.shard(coupon, shard).meta(), "stock")
+            .await
+            .map_err(unavailable)?;
+        Ok(stock.unwrap_or(0).max(0) as u64)
     }
 
     async fn take(&self, claim: &Claim<'_>, donor: u32, ordinal: u32) -> Result<TakeReply, StoreError> {
@@ -216,4 +228,28 @@ fn closed_reason(what: &'static str, reason: Option<&String>) -> Result<Rejectio
         Some("ENDED") => Ok(Rejection::Ended),
         other => Err(protocol(what, format!("unknown closed reason {other:?}"))),
     }
+}
+
+/// A refusal as grab.lua and peek.lua answer it (lua/lib.lua, `refusal`).
+fn rejection(what: &'static str, reply: &[String]) -> Result<Rejection, StoreError> {
+    Ok(match reply.first().map(String::as_str) {
+        // No usable state: lost, or its server restarted since it was
+        // verified (lua/lib.lua, verified()). Either way BUSY and a repair
+        // request, as for a lost shard.
+        Some("NOT_FOUND") | Some("UNVERIFIED") => Rejection::NotFound,
+        Some("OFFLINE") => Rejection::Offline,
+        Some("NOT_STARTED") => Rejection::NotStarted {
+            starts_at_ms: number(what, reply, 1)?,
+        },
+        Some("ENDED") => Rejection::Ended,
+        Some("NOT_ELIGIBLE") => Rejection::NotEligible {
+            min_level: number(what, reply, 1)?,
+        },
+        Some("ALREADY_CLAIMED") => Rejection::AlreadyClaimed,
+        Some("SOLD_OUT") => Rejection::SoldOut,
+        Some("RATE_LIMITED") => Rejection::RateLimited {
+            retry_after_ms: number(what, reply, 1)?,
+        },
+        other => return Err(protocol(what, format!("unknown reply {other:?}"))),
+    })
 }

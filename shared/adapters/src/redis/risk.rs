@@ -6,11 +6,11 @@ use async_trait::async_trait;
 use coupon_domain::config::RiskLimits;
 use coupon_domain::error::StoreError;
 use coupon_domain::grab::ports::{Claim, RiskDecision, RiskGuard, RiskHold};
-use coupon_domain::ids::{ClientIp, CouponId, RequestId};
+use coupon_domain::ids::{ClientIp, CouponId, RequestId, UserId};
 use coupon_domain::outcome::RiskReason;
 
 use super::conn::{unavailable, Redis};
-use super::scripts::{RISK_IP, RISK_RELEASE, RISK_USER};
+use super::scripts::{RISK_CHECK, RISK_IP, RISK_RELEASE, RISK_USER};
 
 /// Risk counters outlive their day by a day, then expire on their own.
 const RISK_TTL_MS: u64 = 2 * 86_400_000;
@@ -84,6 +84,44 @@ impl RiskGuard for RedisRisk {
             let _ = self.release(&hold).await;
         }
         outcome
+    }
+
+    async fn check(&self, user: &UserId, ip: Option<ClientIp>, now_ms: i64) -> Result<Option<RiskReason>, StoreError> {
+        let day = self.limits.day(now_ms);
+        let mut user_conn = self.redis.conn.clone();
+        let mut ip_conn = self.redis.conn.clone();
+        // The same two slots as a reservation, read only, sent together.
+        let user_call = async {
+            RISK_CHECK
+                .key(self.redis.keys.user_blacklist(user))
+                .key(self.redis.keys.user_claims(user, day))
+                .arg("user")
+                .arg(self.limits.daily_claims_per_user)
+                .invoke_async::<String>(&mut user_conn)
+                .await
+        };
+        let ip_call = async {
+            match ip {
+                Some(ip) if self.limits.users_per_ip > 0 => RISK_CHECK
+                    .key(self.redis.keys.ip_users(ip, day))
+                    .arg("ip")
+                    .arg(self.limits.users_per_ip)
+                    .arg(user.as_str())
+                    .invoke_async::<String>(&mut ip_conn)
+                    .await
+                    .map(Some),
+                _ => Ok(None),
+            }
+        };
+        let (user_reply, ip_reply) = tokio::join!(user_call, ip_call);
+        let user_reply = user_reply.map_err(unavailable)?;
+        let ip_reply = ip_reply.map_err(unavailable)?;
+        Ok(match (user_reply.as_str(), ip_reply.as_deref()) {
+            ("BLACKLISTED", _) => Some(RiskReason::Blacklisted),
+            ("DAILY_LIMIT", _) => Some(RiskReason::DailyLimit),
+            (_, Some("IP_LIMIT")) => Some(RiskReason::IpLimit),
+            _ => None,
+        })
     }
 
     async fn release(&self, hold: &RiskHold) -> Result<(), StoreError> {

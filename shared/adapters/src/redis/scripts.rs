@@ -23,6 +23,7 @@ macro_rules! lua {
 }
 
 pub(super) static GRAB: LazyLock<Script> = lua!("grab.lua");
+pub(super) static PEEK: LazyLock<Script> = lua!("peek.lua");
 pub(super) static TAKE: LazyLock<Script> = lua!("take.lua");
 pub(super) static SETTLE: LazyLock<Script> = lua!("settle.lua");
 pub(super) static PREHEAT: LazyLock<Script> = lua!("preheat.lua");
@@ -40,6 +41,8 @@ pub(super) static BUMP_EPOCH: LazyLock<Script> =
 pub(super) static APPLY_SETTINGS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/apply_settings.lua")));
 pub(super) static DROP_IF_BEHIND: LazyLock<Script> = lua!("drop_if_behind.lua");
+pub(super) static RISK_CHECK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../../lua/risk_check.lua")));
 pub(super) static RISK_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/risk_release.lua")));
 

@@ -40,7 +40,9 @@
 //!
 //! Layout: this file holds the service and steps 1 to 4; `lookup.rs` step
 //! 0, `decide.rs` the reply's decision and `borrow.rs` step 5, `send.rs`
-//! step 6, `memory.rs` the instance's memories, `ports.rs` the ports.
+//! step 6, `memory.rs` the instance's memories, `ports.rs` the ports;
+//! `dry_run.rs` the dry run (what a press would get now, changing
+//! nothing).
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -56,6 +58,7 @@ use crate::outcome::{GrabOutcome, Rejection};
 
 mod borrow;
 mod decide;
+mod dry_run;
 mod lookup;
 mod memory;
 pub mod ports;
@@ -64,6 +67,7 @@ mod send;
 mod tests;
 
 pub use borrow::{finish_borrow, home_shard};
+pub use dry_run::{DryRun, Eligibility};
 pub use memory::CouponMemory;
 use ports::{
     Claim, ClaimReply, ClaimStep, CouponCatalog, GrantPublisher, Recorded, RepairRequests, RiskDecision, RiskGuard,

@@ -116,6 +116,34 @@ pub enum TakeReply {
     Closed(Rejection),
 }
 
+/// Who asks what a press would get now, routed to their home shard: a
+/// press without its request id, since a dry run records nothing.
+#[derive(Debug, Clone)]
+pub struct Peek<'a> {
+    /// The coupon.
+    pub coupon: &'a CouponId,
+    /// The user's home shard.
+    pub home_shard: u32,
+    /// The caller.
+    pub user: &'a UserId,
+    /// The caller's member level (from the identity).
+    pub level: u32,
+    /// The instant the answer is for.
+    pub now_ms: i64,
+}
+
+/// The home shard's answer to a dry run ([`StockLedger::peek`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeekReply {
+    /// Nothing on the shard refuses the press and it has stock.
+    Open,
+    /// Nothing refuses the press, but the shard is empty while others may
+    /// not be: a press would borrow.
+    Empty,
+    /// What the press's admission would refuse it with.
+    Rejected(Rejection),
+}
+
 /// The atomic stock operations, one shard at a time (Redis Lua scripts).
 #[async_trait]
 pub trait StockLedger: Send + Sync {
@@ -128,6 +156,13 @@ pub trait StockLedger: Send + Sync {
     /// Finishes a borrow on the home shard as it `ended`. `None` if the
     /// reservation is gone.
     async fn settle(&self, claim: &Claim<'_>, ended: BorrowEnd<'_>) -> Result<Option<Recorded>, StoreError>;
+    /// The dry run of a press's admission on the home shard: the same
+    /// checks (lua/lib.lua, `refusal`), with the rate limit only looked
+    /// at; changes nothing.
+    async fn peek(&self, peek: &Peek<'_>) -> Result<PeekReply, StoreError>;
+    /// The units `shard` holds now (0 for a shard with no state), read
+    /// only: whether a dry run's borrow would find one there.
+    async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<u64, StoreError>;
     /// Reads the stored outcome of a request id without changing anything.
     async fn recorded(&self, claim: &Claim<'_>) -> Result<Option<Recorded>, StoreError>;
     /// True once the configured number of replicas hold every write made so
@@ -181,6 +216,9 @@ pub trait RiskGuard: Send + Sync {
     /// one press (`claim.coupon`, `claim.request`). Idempotent per press: a
     /// retry or a replay finds its reservation and takes nothing more.
     async fn reserve(&self, claim: &Claim<'_>, ip: Option<ClientIp>) -> Result<RiskDecision, StoreError>;
+    /// The dry run of [`Self::reserve`]: whether a fresh press of `user`
+    /// from `ip` would be refused now, reserving nothing.
+    async fn check(&self, user: &UserId, ip: Option<ClientIp>, now_ms: i64) -> Result<Option<RiskReason>, StoreError>;
     /// Gives back what `reserve` took for that press. Idempotent: a repeated
     /// release gives back nothing more.
     async fn release(&self, hold: &RiskHold) -> Result<(), StoreError>;

@@ -11,11 +11,11 @@ use async_trait::async_trait;
 use crate::clock::ManualClock;
 use crate::error::{PublishError, StoreError};
 use crate::grab::ports::{
-    BorrowEnd, Claim, ClaimReply, ClaimStep, CouponCatalog, GrantPublisher, Recorded, RepairRequests, RiskDecision,
-    RiskGuard, RiskHold, StockLedger, TakeReply,
+    BorrowEnd, Claim, ClaimReply, ClaimStep, CouponCatalog, GrantPublisher, Peek, PeekReply, Recorded, RepairRequests,
+    RiskDecision, RiskGuard, RiskHold, StockLedger, TakeReply,
 };
 use crate::grant::Grant;
-use crate::ids::{ClientIp, CouponId};
+use crate::ids::{ClientIp, CouponId, UserId};
 use crate::metrics::Metrics;
 use crate::outcome::RiskReason;
 
@@ -32,6 +32,10 @@ pub struct ScriptedLedger {
     pub takes: HashMap<u32, TakeReply>,
     /// What a read of the request id finds.
     pub recorded: Option<Recorded>,
+    /// The answer to a dry run on the home shard; `None` answers `Open`.
+    pub peek: Option<PeekReply>,
+    /// Each shard's stock as a dry run reads it (0 when absent).
+    pub stocks: HashMap<u32, u64>,
     /// Claims fail as if Redis timed out.
     pub fail_claim: bool,
     /// No replica acknowledges a win.
@@ -85,6 +89,17 @@ impl StockLedger for ScriptedLedger {
         self.log("recorded".into());
         Ok(self.recorded.clone())
     }
+    async fn peek(&self, peek: &Peek<'_>) -> Result<PeekReply, StoreError> {
+        self.log(format!("peek:{}", peek.home_shard));
+        if self.fail_claim {
+            return Err(StoreError::Unavailable("timeout".into()));
+        }
+        Ok(self.peek.clone().unwrap_or(PeekReply::Open))
+    }
+    async fn shard_stock(&self, _: &CouponId, shard: u32) -> Result<u64, StoreError> {
+        self.log(format!("stock:{shard}"));
+        Ok(self.stocks.get(&shard).copied().unwrap_or(0))
+    }
     async fn replicated(&self, _: &CouponId, shard: u32) -> Result<bool, StoreError> {
         self.log(format!("replicated:{shard}"));
         if let Some((clock, ms)) = &self.slow_replica {
@@ -136,6 +151,9 @@ impl RiskGuard for FakeRisk {
         *self.released.lock().unwrap() += 1;
         Ok(())
     }
+    async fn check(&self, _: &UserId, _: Option<ClientIp>, _: i64) -> Result<Option<RiskReason>, StoreError> {
+        Ok(self.refuse)
+    }
 }
 
 /// Accepts (and keeps) or refuses every grant.
@@ -181,6 +199,9 @@ impl RiskGuard for AllowAll {
 
     async fn release(&self, _hold: &RiskHold) -> Result<(), StoreError> {
         Ok(())
+    }
+    async fn check(&self, _: &UserId, _: Option<ClientIp>, _: i64) -> Result<Option<RiskReason>, StoreError> {
+        Ok(None)
     }
     fn reserves(&self) -> bool {
         false

@@ -22,6 +22,7 @@ struct World {
 }
 
 mod borrows;
+mod dry_runs;
 mod lookups;
 
 fn world(ledger: ScriptedLedger, risk: FakeRisk, queue: FakeQueue) -> World {

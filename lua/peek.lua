@@ -1,0 +1,17 @@
+-- The dry run of a press on the user's home shard: the answer a press would
+-- get from this shard now, deciding exactly what grab.lua's admission
+-- decides (lib.lua, refusal()), and changing nothing: no token taken, no
+-- record, no reservation. A read-only script (no write command), so it
+-- may also run on a replica.
+-- KEYS: 1 meta, 2 users
+-- ARGV: 1 user id, 2 member level, 3 now (ms)
+-- Returns a refusal as grab.lua does ({'NOT_FOUND'}, {'OFFLINE'},
+-- {'NOT_STARTED', startMs}, {'ENDED'}, {'NOT_ELIGIBLE', minLevel},
+-- {'SOLD_OUT'}, {'ALREADY_CLAIMED'}, {'RATE_LIMITED', retryAfterMs}), or
+--   {'OPEN'}   this shard has stock: a press would win here
+--   {'EMPTY'}  this shard is empty but others may not be: a press would
+--              borrow (the caller looks at the other shards' stock)
+local refused, m = refusal(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), 'look')
+if refused then return refused end
+if tonumber(m[10]) > 0 then return {'OPEN'} end
+return {'EMPTY'}
