@@ -11,7 +11,7 @@
 const fs = require("node:fs");
 const path = require("node:path");
 
-const root = path.resolve(__dirname, "..");
+const root = path.resolve(__dirname, "..", "..");
 const pkg = path.join(root, ".local", "npm", "node_modules", "@tktco", "node-actionlint");
 
 async function main() {

@@ -165,7 +165,7 @@ class Pump:
 STREAM_MAX_RETRIES = 3
 STREAM_BATCH = 100
 # Where `make pump` and `pump.py --drain` keep their place in the stream.
-STREAM_CHECKPOINT = pathlib.Path(__file__).resolve().parents[1] / ".local" / "stream-position.json"
+STREAM_CHECKPOINT = pathlib.Path(__file__).resolve().parents[2] / ".local" / "stream-position.json"
 
 
 class StreamPump:
