@@ -1,4 +1,4 @@
--- Shared prelude, compiled in front of grab.lua, peek.lua, take.lua,
+-- Shared prelude, compiled in front of grab.lua, peek.lua, standing.lua, take.lua,
 -- settle.lua, preheat.lua, verify.lua and drop_if_behind.lua (the lua! macro of
 -- shared/adapters/src/redis/scripts.rs). Each script runs
 -- on ONE stock shard: every key it touches is passed in KEYS and carries the

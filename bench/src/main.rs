@@ -223,6 +223,9 @@ async fn every_scenario(env: &BenchEnv, rows: &mut Table) -> (BTreeMap<String, V
         }),
     );
 
+    let center = scenarios::center(env, rows).await;
+    summary.insert("coupon_center_costs".into(), center.detail);
+
     let aws = scenarios::aws_calls(env, rows).await;
     summary.insert("aws_calls_per_issued_coupon".into(), json!(aws.per_coupon));
     summary.insert("dynamodb_calls_per_grant".into(), json!(aws.dynamodb_per_grant));
@@ -290,6 +293,9 @@ async fn scenarios_subset(env: &BenchEnv, rows: &mut Table, wanted: &dyn Fn(&str
     }
     if wanted("round-trips") {
         scenarios::round_trips(env, rows).await;
+    }
+    if wanted("center") {
+        scenarios::center(env, rows).await;
     }
     if wanted("aws-calls") {
         scenarios::aws_calls(env, rows).await;

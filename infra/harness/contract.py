@@ -40,7 +40,7 @@ AWS_PORT = port("CONTRACT_AWS_PORT")
 
 # Which operations each function serves (schemathesis filters by path).
 FUNCTIONS = {
-    "grab": "^/coupons/",
+    "grab": "^/coupons(/|$)",
     "wallet": "^/me/",
     # The IAM-authorized function serves the operators and the order service.
     "admin": "^/(admin|redemptions)/",

@@ -31,7 +31,8 @@ def gsi_spec(g):
         "IndexName": g["name"],
         "KeySchema": [{"AttributeName": g["hashKey"], "KeyType": "HASH"}]
         + ([{"AttributeName": g["rangeKey"], "KeyType": "RANGE"}] if g.get("rangeKey") else []),
-        "Projection": {"ProjectionType": g.get("projection", "ALL")},
+        "Projection": {"ProjectionType": g.get("projection", "ALL")}
+        | ({"NonKeyAttributes": g["nonKeyAttributes"]} if g.get("nonKeyAttributes") else {}),
     }
 
 

@@ -18,10 +18,12 @@ def test_every_local_table_is_in_the_template_with_the_same_keys_indexes_and_ttl
         assert keys.get("RANGE") == spec.get("rangeKey"), logical
         gsis = {
             g["IndexName"]: {k["KeyType"]: k["AttributeName"] for k in g["KeySchema"]}
+            | {"projection": (g["Projection"]["ProjectionType"], sorted(g["Projection"].get("NonKeyAttributes", [])))}
             for g in props.get("GlobalSecondaryIndexes", [])
         }
         want = {
             g["name"]: {k: v for k, v in (("HASH", g["hashKey"]), ("RANGE", g.get("rangeKey"))) if v}
+            | {"projection": (g.get("projection", "ALL"), sorted(g.get("nonKeyAttributes", [])))}
             for g in spec["globalSecondaryIndexes"]
         }
         assert gsis == want, logical
@@ -114,9 +116,11 @@ def test_every_function_takes_memory_and_timeout_as_parameters():
                 assert isinstance(ref, dict) and ref.get("Ref") in tpl["Parameters"], (name, prop)
 
 
-def test_the_grab_function_reads_one_table_item_by_key_and_writes_nothing_in_dynamodb():
+def test_the_grab_function_reads_one_table_item_by_key_and_the_live_index_and_writes_nothing_in_dynamodb():
     """The grab reads a coupon's definition only when Redis knows nothing of
-    it (lost or never created); it never writes, queries or scans."""
+    it (lost or never created), and queries the definitions-only `live`
+    index for the coupon center; it never writes, never scans, never
+    queries the table itself."""
     policies = template()["Resources"]["GrabFunction"]["Properties"]["Policies"]
     dynamodb = [
         statement
@@ -125,7 +129,9 @@ def test_the_grab_function_reads_one_table_item_by_key_and_writes_nothing_in_dyn
         if "dynamodb" in json.dumps(statement["Action"]).lower()
     ]
     assert dynamodb == [{"Effect": "Allow", "Action": "dynamodb:GetItem",
-                         "Resource": {"GetAtt": "CouponsTable.Arn"}}], dynamodb
+                         "Resource": {"GetAtt": "CouponsTable.Arn"}},
+                        {"Effect": "Allow", "Action": "dynamodb:Query",
+                         "Resource": {"Sub": "${CouponsTable.Arn}/index/live"}}], dynamodb
     assert "dynamodb" not in json.dumps([p for p in policies if "Statement" not in p]).lower()
 
 

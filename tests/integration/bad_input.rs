@@ -122,11 +122,36 @@ async fn bad_input_gets_a_4xx_with_a_stable_code() {
             405,
             "METHOD_NOT_ALLOWED",
         ),
+        ("unknown route", ok("r").path("/offers").build(), 404, "ROUTE_NOT_FOUND"),
         (
-            "unknown route",
+            "POST on the coupon center",
             ok("r").path("/coupons").build(),
+            405,
+            "METHOD_NOT_ALLOWED",
+        ),
+        (
+            "dry run of a coupon id with separator",
+            Event::eligibility("a:b", "u1").build(),
+            400,
+            "INVALID_REQUEST",
+        ),
+        (
+            "dry run of a coupon id too long",
+            Event::eligibility(&"c".repeat(65), "u1").build(),
+            400,
+            "INVALID_REQUEST",
+        ),
+        (
+            "dry run of an unknown coupon",
+            Event::eligibility("no-such-coupon-0", "u1").build(),
             404,
-            "ROUTE_NOT_FOUND",
+            "COUPON_NOT_FOUND",
+        ),
+        (
+            "dry run without identity",
+            Event::eligibility(c, "u1").without_authorizer().build(),
+            401,
+            "UNAUTHORIZED",
         ),
         ("no identity", ok("r").without_authorizer().build(), 401, "UNAUTHORIZED"),
         (

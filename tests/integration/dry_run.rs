@@ -21,7 +21,7 @@ impl Harness {
     /// exception, held as its sorted fields and values: Redis rehashes a
     /// growing table a step at a time on reads as well as writes, so a
     /// read alone can change the order DUMP lists its entries in.
-    async fn snapshot(&self) -> Vec<(String, Vec<u8>, bool)> {
+    pub(crate) async fn snapshot(&self) -> Vec<(String, Vec<u8>, bool)> {
         let mut conn = self.redis.connection();
         let mut keys: Vec<String> = conn.keys(format!("{}*", self.config.redis.key_prefix)).await.unwrap();
         keys.sort();

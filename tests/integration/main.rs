@@ -9,6 +9,7 @@ mod admin;
 mod admission;
 mod bad_input;
 mod bodies;
+mod center;
 mod cluster;
 mod dry_run;
 mod elasticache;

@@ -20,6 +20,7 @@ use coupon_domain::testing::{AllowAll, Silent};
 use crate::counting::CallCounter;
 
 mod aws_calls;
+mod center;
 mod cluster;
 mod drive;
 mod oversell;
@@ -31,6 +32,7 @@ mod vs_lock;
 mod vs_redis;
 
 pub use aws_calls::aws_calls;
+pub use center::center;
 pub use cluster::cluster_vs_single;
 pub use drive::Feed;
 pub(crate) use drive::{built, drive, drive_as, drive_fed, template};
@@ -125,6 +127,7 @@ pub(crate) fn grab_config(url: &str, cluster: bool, queue_url: &str, sold_out_ms
         // As long as the SQS timeout: the benchmark measures, it does not
         // race a reconciler.
         send_budget_ms: 30_000,
+        center: coupon_domain::center::CenterSettings::default(),
         metrics_namespace: "Bench".into(),
     }
 }
@@ -171,9 +174,9 @@ pub(crate) async fn apps(
             &config,
             grab_clients(store(url, cluster).await, sqs.clone(), ddb.clone()),
         );
-        ports.publisher = publisher.clone();
+        ports.grab.publisher = publisher.clone();
         if wiring == Wiring::ScriptOnly {
-            ports.risk = Arc::new(AllowAll);
+            ports.grab.risk = Arc::new(AllowAll);
         }
         out.push(Arc::new(grab::wire_ports(&config, ports)));
     }

@@ -3,6 +3,7 @@
 //! fails the start with a message that names the variable.
 
 use coupon_adapters::config::{AwsCallSettings, RedisSettings};
+use coupon_domain::center::CenterSettings;
 use coupon_domain::config::{metrics_namespace, ConfigError, Env, RiskLimits};
 use coupon_domain::grab::SEND_BUDGET_MS;
 use coupon_edge::EdgeSettings;
@@ -19,7 +20,8 @@ pub struct Config {
     /// reported, so the reconciler rebuilds it at once.
     pub repair_queue_url: String,
     /// `COUPONS_TABLE`: read (one item) only when Redis knows nothing of a
-    /// coupon, to tell "lost" (BUSY) from "never created" (404).
+    /// coupon, to tell "lost" (BUSY) from "never created" (404), and its
+    /// `live` index queried for the coupon center.
     pub coupons_table: String,
     /// `SQS_MAX_ATTEMPTS` (3) and `SQS_TIMEOUT_MS` (1000).
     pub sqs: AwsCallSettings,
@@ -33,6 +35,10 @@ pub struct Config {
     /// of its decision, or not made (BUSY). Keep it below the reconciler's
     /// `RECONCILE_SEND_WINDOW_MS` (3000) by the clock skew between them.
     pub send_budget_ms: i64,
+    /// `CENTER_CACHE_MS` (2000, at most 30000) and `CENTER_FEW_PERCENT`
+    /// (10): the coupon center's copy of the live coupons and its stock
+    /// levels.
+    pub center: CenterSettings,
     /// `METRICS_NAMESPACE` (`CouponGrab`).
     pub metrics_namespace: String,
 }
@@ -58,6 +64,10 @@ impl Config {
             http: EdgeSettings::from_env(env)?,
             sold_out_memory_ms: env.number("SOLD_OUT_MEMORY_MS", 1_000, 0..=60_000)?,
             send_budget_ms: env.number("GRANT_SEND_BUDGET_MS", SEND_BUDGET_MS, 100..=30_000)?,
+            center: CenterSettings {
+                cache_ms: env.number("CENTER_CACHE_MS", 2_000, 0..=30_000)?,
+                few_percent: env.number("CENTER_FEW_PERCENT", 10, 1..=100)?,
+            },
             metrics_namespace: metrics_namespace(env),
         })
     }
@@ -98,6 +108,15 @@ mod tests {
         assert_eq!(cfg.risk.daily_claims_per_user, 5);
         assert_eq!(cfg.http.max_body_bytes, 4096);
         assert_eq!(cfg.redis.idempotency_ttl_secs, 86_400);
+        assert_eq!(cfg.center, CenterSettings::default());
+    }
+
+    #[test]
+    fn a_center_cache_beyond_its_bound_names_the_variable() {
+        let err = Config::read(&env_with(&[("CENTER_CACHE_MS", "600000")])).unwrap_err();
+        assert!(err.to_string().starts_with("CENTER_CACHE_MS is invalid"), "{err}");
+        let err = Config::read(&env_with(&[("CENTER_FEW_PERCENT", "0")])).unwrap_err();
+        assert!(err.to_string().starts_with("CENTER_FEW_PERCENT is invalid"), "{err}");
     }
 
     #[test]

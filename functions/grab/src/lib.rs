@@ -11,9 +11,10 @@
 //! - [`config`]: the settings, read once at cold start.
 //! - [`route`]: method and path to a route.
 //! - [`handle`]: identity (from `coupon_edge`), parse, call
-//!   [`GrabService::grab`] (`POST /coupons/{couponId}/grab`) or its dry
-//!   run [`GrabService::eligibility`] (`GET /coupons/{couponId}/eligibility`),
-//!   render the `{code, message, data}` envelope.
+//!   [`GrabService::grab`] (`POST /coupons/{couponId}/grab`), its dry
+//!   run [`GrabService::eligibility`] (`GET /coupons/{couponId}/eligibility`)
+//!   or the coupon center [`CouponCenter::page`] (`GET /coupons`), render
+//!   the `{code, message, data}` envelope.
 //! - [`wire`]: the service over real clients, shared by `main.rs`, the
 //!   integration tests and the benchmark; [`Clients::connect`] builds the
 //!   clients at cold start.
@@ -23,20 +24,21 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use coupon_adapters::dynamodb::DynamoCatalog;
-use coupon_adapters::redis::{Redis, RedisLedger, RedisRisk};
+use coupon_adapters::dynamodb::{DynamoCatalog, DynamoLiveCoupons};
+use coupon_adapters::redis::{Redis, RedisLedger, RedisRisk, RedisStandings};
 use coupon_adapters::sqs::{SqsPublisher, SqsRepairs};
 use coupon_adapters::{aws, secrets};
+use coupon_domain::center::{CenterCursor, CenterQuery, CouponCenter, LiveCoupons, Standings, DEFAULT_PAGE, MAX_PAGE};
 use coupon_domain::clock::{Clock, SystemClock};
 pub use coupon_domain::grab::GrabPorts;
 use coupon_domain::grab::{DryRun, Eligibility, GrabError, GrabRequest, GrabService};
 use coupon_domain::ids::{CouponId, RequestId};
 use coupon_domain::metrics::{EmfMetrics, Metrics};
 use coupon_domain::outcome::{GrabOutcome, Rejection};
-use coupon_edge::{header_str, json_body, Detail, ErrorCode, Lang, Reply};
+use coupon_edge::{header_str, json_body, page_limit, Detail, ErrorCode, Lang, Reply};
 pub use coupon_edge::{identity, Caller, EdgeSettings};
 use lambda_http::http::header;
-use lambda_http::{Body, Request, Response};
+use lambda_http::{Body, Request, RequestExt, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -50,6 +52,8 @@ use route::Route;
 pub struct GrabApp {
     /// The use case the handler drives, over the instance's ports.
     pub service: GrabService,
+    /// The coupon center, with the instance's copy of the live coupons.
+    pub center: CouponCenter,
     /// How to read requests.
     pub edge: EdgeSettings,
 }
@@ -68,6 +72,7 @@ pub async fn handle(app: &GrabApp, req: Request) -> Result<Response<Body>, Infal
     let reply = match route::route(req.method(), req.uri().path()).into_route() {
         Ok(Route::Grab(raw_coupon)) => grab(app, &req, &raw_coupon).await,
         Ok(Route::Eligibility(raw_coupon)) => eligibility(app, &req, &raw_coupon).await,
+        Ok(Route::Center) => center(app, &req).await,
         Err(reply) => reply,
     };
     Ok(reply.into_response(lang))
@@ -125,6 +130,43 @@ async fn eligibility(app: &GrabApp, req: &Request, raw_coupon: &str) -> Reply {
         Ok(Eligibility::Refused(reason)) => rejection_reply(&reason, false),
         Err(e) => Reply::busy("dry run undecided", &e),
     }
+}
+
+/// `GET /coupons?limit=1..50&cursor=<from the last page>`: the coupons on
+/// sale and coming up, each with the caller's state. Other parameters are
+/// ignored; a malformed one is a 400 that names it.
+async fn center(app: &GrabApp, req: &Request) -> Reply {
+    let Some(caller) = identity(req, &app.edge) else {
+        return Reply::error(ErrorCode::Unauthorized);
+    };
+    let query = match center_query(req, caller) {
+        Ok(query) => query,
+        Err(reply) => return reply,
+    };
+    match app.center.page(&query).await {
+        Ok(page) => Reply::success(json!({
+            "coupons": page.offers,
+            "nextCursor": page.next.map(|c| c.encode()),
+        })),
+        Err(e) => Reply::busy("coupon center unavailable", &e),
+    }
+}
+
+fn center_query(req: &Request, caller: Caller) -> Result<CenterQuery, Reply> {
+    let params = req.query_string_parameters();
+    let mut query = CenterQuery {
+        user: caller.user,
+        level: caller.level,
+        limit: page_limit(params.first("limit"), DEFAULT_PAGE, MAX_PAGE)?,
+        after: None,
+    };
+    if let Some(raw) = params.first("cursor") {
+        query.after = Some(
+            CenterCursor::parse(raw)
+                .ok_or_else(|| Reply::invalid("cursor must be a nextCursor from a previous page"))?,
+        );
+    }
+    Ok(query)
 }
 
 fn parse_body(req: &Request, max: usize) -> Result<RequestId, Box<Reply>> {
@@ -224,11 +266,35 @@ impl Clients {
     }
 }
 
-/// The grab's ports over real clients, as [`wire`] builds them. The
+/// The coupon center's ports: the catalogue's listing and the shards'
+/// read-only answers.
+pub struct CenterPorts {
+    /// The live coupons (the coupons table's `live` index).
+    pub live: Arc<dyn LiveCoupons>,
+    /// The callers' standings and the coupons' stock (Redis, read only).
+    pub standings: Arc<dyn Standings>,
+}
+
+/// Every port of the function, as [`wire`] builds them.
+pub struct Ports {
+    /// The press and its dry run.
+    pub grab: GrabPorts,
+    /// The coupon center.
+    pub center: CenterPorts,
+}
+
+/// The function's ports over real clients, as [`wire`] builds them. The
 /// benchmark swaps single ports (an in-memory queue; no risk checks for its
 /// script-only comparison) and keeps the rest of the wiring.
-pub fn ports(config: &Config, clients: Clients) -> GrabPorts {
-    GrabPorts {
+pub fn ports(config: &Config, clients: Clients) -> Ports {
+    let center = CenterPorts {
+        live: Arc::new(DynamoLiveCoupons::new(
+            clients.dynamodb.clone(),
+            config.coupons_table.clone(),
+        )),
+        standings: Arc::new(RedisStandings::new(clients.redis.clone())),
+    };
+    let grab = GrabPorts {
         ledger: Arc::new(RedisLedger::new(clients.redis.clone())),
         risk: Arc::new(RedisRisk::new(clients.redis, config.risk)),
         publisher: Arc::new(SqsPublisher::new(clients.sqs.clone(), config.queue_url.clone())),
@@ -236,7 +302,8 @@ pub fn ports(config: &Config, clients: Clients) -> GrabPorts {
         repairs: Arc::new(SqsRepairs::new(clients.sqs, config.repair_queue_url.clone())),
         clock: clients.clock,
         metrics: clients.metrics,
-    }
+    };
+    Ports { grab, center }
 }
 
 /// The grab function over `clients`: the one wiring `main.rs`, the
@@ -246,9 +313,16 @@ pub fn wire(config: &Config, clients: Clients) -> GrabApp {
 }
 
 /// The grab function over `ports`, with the settings of `config`.
-pub fn wire_ports(config: &Config, ports: GrabPorts) -> GrabApp {
+pub fn wire_ports(config: &Config, ports: Ports) -> GrabApp {
+    let center = CouponCenter::new(
+        ports.center.live,
+        ports.center.standings,
+        ports.grab.clock.clone(),
+        config.center,
+    );
     GrabApp {
-        service: GrabService::new(ports, config.sold_out_memory_ms).with_send_budget(config.send_budget_ms),
+        service: GrabService::new(ports.grab, config.sold_out_memory_ms).with_send_budget(config.send_budget_ms),
+        center,
         edge: config.http.clone(),
     }
 }

@@ -11,6 +11,8 @@ pub enum Route {
     Grab(String),
     /// `GET /coupons/{couponId}/eligibility`: the dry run of a press.
     Eligibility(String),
+    /// `GET /coupons`: the coupon center.
+    Center,
 }
 
 /// Routes `method` and `path`.
@@ -19,6 +21,7 @@ pub fn route(method: &Method, path: &str) -> Matched<Route> {
         return Matched::BadPath;
     };
     match segments.as_slice().as_slice() {
+        ["coupons"] => by_method(method, "GET", [(Method::GET, Route::Center)]),
         ["coupons", coupon, "grab"] => by_method(method, "POST", [(Method::POST, Route::Grab(coupon.to_string()))]),
         ["coupons", coupon, "eligibility"] => {
             by_method(method, "GET", [(Method::GET, Route::Eligibility(coupon.to_string()))])
@@ -52,6 +55,13 @@ mod tests {
     }
 
     #[test]
+    fn the_coupon_center_is_a_get_on_the_collection() {
+        assert_eq!(route(&Method::GET, "/coupons"), Matched::Route(Route::Center));
+        assert_eq!(route(&Method::GET, "/coupons/"), Matched::Route(Route::Center));
+        assert_eq!(route(&Method::POST, "/coupons"), Matched::MethodNotAllowed("GET"));
+    }
+
+    #[test]
     fn other_methods_on_the_grab_route_are_not_allowed() {
         assert_eq!(
             route(&Method::GET, "/coupons/c1/grab"),
@@ -61,7 +71,7 @@ mod tests {
 
     #[test]
     fn unknown_paths_are_not_found_and_broken_escapes_are_bad() {
-        for path in ["/", "/coupons", "/coupons/c1", "/coupons/c1/grab/x", "/x/c1/grab"] {
+        for path in ["/", "/coupon", "/coupons/c1", "/coupons/c1/grab/x", "/x/c1/grab"] {
             assert_eq!(route(&Method::POST, path), Matched::NotFound, "{path}");
         }
         assert_eq!(route(&Method::POST, "/coupons/%FF/grab"), Matched::BadPath);

@@ -6,7 +6,9 @@ use coupon_domain::clock::ManualClock;
 use coupon_domain::grab::ports::{ClaimReply, PeekReply, Recorded};
 use coupon_domain::grant::GrantRecord;
 use coupon_domain::metrics::RecordingMetrics;
-use coupon_domain::testing::{FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, ScriptedLedger};
+use coupon_domain::testing::{
+    FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, MemoryLiveCoupons, ScriptedLedger, ScriptedStandings,
+};
 
 use super::*;
 
@@ -23,6 +25,7 @@ fn fixture(name: &str) -> Request {
     let json = match name {
         "jwt" => include_str!("../../../tests/fixtures/grab_jwt.json"),
         "eligibility" => include_str!("../../../tests/fixtures/eligibility_jwt.json"),
+        "center" => include_str!("../../../tests/fixtures/center_jwt.json"),
         _ => include_str!("../../../tests/fixtures/grab_function_url.json"),
     };
     lambda_http::request::from_str(json).expect("fixture is a valid event")
@@ -73,6 +76,14 @@ fn app(ledger: ScriptedLedger, queue: Arc<FakeQueue>) -> GrabApp {
 }
 
 fn app_with(ledger: ScriptedLedger, queue: Arc<FakeQueue>, catalog: MemoryCatalog) -> GrabApp {
+    let center = CenterPorts {
+        live: Arc::new(MemoryLiveCoupons::default()),
+        standings: Arc::new(ScriptedStandings::default()),
+    };
+    app_over(ledger, queue, catalog, center)
+}
+
+fn app_over(ledger: ScriptedLedger, queue: Arc<FakeQueue>, catalog: MemoryCatalog, center: CenterPorts) -> GrabApp {
     let config = Config::read(&coupon_domain::config::Env::from_pairs(&[
         ("REDIS_URL", "redis://127.0.0.1:1"),
         ("GRANT_QUEUE_URL", "http://127.0.0.1:1/q"),
@@ -80,18 +91,16 @@ fn app_with(ledger: ScriptedLedger, queue: Arc<FakeQueue>, catalog: MemoryCatalo
         ("COUPONS_TABLE", "coupons"),
     ]))
     .unwrap();
-    wire_ports(
-        &config,
-        GrabPorts {
-            ledger: Arc::new(ledger),
-            risk: Arc::new(FakeRisk::allowing()),
-            publisher: queue,
-            catalog: Arc::new(catalog),
-            repairs: Arc::new(FakeRepairs::default()),
-            clock: Arc::new(ManualClock::new(1_000)),
-            metrics: Arc::new(RecordingMetrics::default()),
-        },
-    )
+    let grab = GrabPorts {
+        ledger: Arc::new(ledger),
+        risk: Arc::new(FakeRisk::allowing()),
+        publisher: queue,
+        catalog: Arc::new(catalog),
+        repairs: Arc::new(FakeRepairs::default()),
+        clock: Arc::new(ManualClock::new(1_000)),
+        metrics: Arc::new(RecordingMetrics::default()),
+    };
+    wire_ports(&config, Ports { grab, center })
 }
 
 #[tokio::test]
@@ -243,6 +252,101 @@ async fn a_dry_run_answers_a_refusal_with_the_code_and_data_a_press_would_get() 
 async fn a_dry_run_without_a_verified_identity_is_401() {
     let app = app(ScriptedLedger::default(), Arc::default());
     let mut event: Value = serde_json::from_str(include_str!("../../../tests/fixtures/eligibility_jwt.json")).unwrap();
+    event["requestContext"].as_object_mut().unwrap().remove("authorizer");
+    let req = lambda_http::request::from_str(&event.to_string()).unwrap();
+    let (status, body) = answer(&app, req).await;
+    assert_eq!((status, body["code"].as_str()), (401, Some("UNAUTHORIZED")), "{body}");
+}
+
+/// The center over a catalogue of `ids` (windows 500..10_000, open at the
+/// handler's clock of 1_000), every shard open to the caller.
+fn center_app(ids: &[&str]) -> GrabApp {
+    use coupon_domain::center::Standing;
+    use coupon_domain::coupon::{CouponDefinition, CouponStatus};
+    let live = MemoryLiveCoupons::default();
+    let standings = ScriptedStandings::default();
+    for id in ids {
+        let coupon = CouponId::parse(id).unwrap();
+        live.coupons.lock().unwrap().push(CouponDefinition {
+            coupon_id: coupon.clone(),
+            name: format!("{id} off"),
+            amount: 500,
+            total_stock: 100,
+            per_user_limit: 1,
+            min_member_level: 0,
+            grab_start_ms: 500,
+            grab_end_ms: 10_000,
+            valid_from_ms: 500,
+            valid_until_ms: 20_000,
+            shards: 2,
+            rate_per_sec: 0,
+            burst: 0,
+            status: CouponStatus::Online,
+        });
+        standings.remaining.lock().unwrap().insert(coupon.clone(), 80);
+        standings.answers.lock().unwrap().insert(
+            coupon,
+            Standing {
+                shard: PeekReply::Open,
+                held: 0,
+            },
+        );
+    }
+    let center = CenterPorts {
+        live: Arc::new(live),
+        standings: Arc::new(standings),
+    };
+    app_over(
+        ScriptedLedger::default(),
+        Arc::default(),
+        MemoryCatalog::default(),
+        center,
+    )
+}
+
+#[tokio::test]
+async fn the_coupon_center_lists_a_page_with_each_button_and_a_cursor_to_the_next() {
+    let app = center_app(&["c-a", "c-b", "c-c"]);
+    let (status, body) = answer(&app, fixture("center")).await;
+    assert_eq!((status, body["code"].as_str()), (200, Some("SUCCESS")), "{body}");
+    let coupons = body["data"]["coupons"].as_array().unwrap();
+    assert_eq!(coupons.len(), 2, "the fixture asks for limit=2");
+    assert_eq!(
+        coupons[0],
+        json!({
+            "couponId": "c-a", "name": "c-a off", "amount": 500,
+            "grabStartMs": 500, "grabEndMs": 10_000, "validFromMs": 500, "validUntilMs": 20_000,
+            "minMemberLevel": 0, "state": "CAN_GRAB", "held": 0, "limit": 1, "stock": "PLENTY"
+        })
+    );
+    assert_eq!(body["data"]["nextCursor"], json!("500~c-b"));
+}
+
+#[tokio::test]
+async fn a_malformed_center_query_is_400_naming_the_parameter() {
+    let app = center_app(&["c-a"]);
+    for (name, value, says) in [
+        ("limit", "0", "limit"),
+        ("limit", "51", "limit"),
+        ("limit", "ten", "limit"),
+        ("cursor", "not-a-cursor", "cursor"),
+    ] {
+        let req = fixture("center")
+            .with_query_string_parameters(std::collections::HashMap::from([(name.to_string(), value.to_string())]));
+        let (status, body) = answer(&app, req).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some("INVALID_REQUEST")),
+            "{name}={value}: {body}"
+        );
+        assert!(body["data"]["detail"].as_str().unwrap().contains(says), "{body}");
+    }
+}
+
+#[tokio::test]
+async fn the_coupon_center_without_a_verified_identity_is_401() {
+    let app = center_app(&["c-a"]);
+    let mut event: Value = serde_json::from_str(include_str!("../../../tests/fixtures/center_jwt.json")).unwrap();
     event["requestContext"].as_object_mut().unwrap().remove("authorizer");
     let req = lambda_http::request::from_str(&event.to_string()).unwrap();
     let (status, body) = answer(&app, req).await;

@@ -24,7 +24,9 @@ use coupon_domain::ids::GrantId;
 use coupon_domain::ids::UserId;
 use coupon_domain::user_coupon::{CouponState, GrantStatus};
 use coupon_domain::wallet::{CouponQuery, Cursor, WalletService, MAX_PAGE};
-use coupon_edge::{by_method, header_str, identity, EdgeSettings, ErrorCode, Lang, Matched, Reply, Segments};
+use coupon_edge::{
+    by_method, header_str, identity, page_limit, EdgeSettings, ErrorCode, Lang, Matched, Reply, Segments,
+};
 use lambda_http::http::Method;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::json;
@@ -92,13 +94,7 @@ fn coupon_query(req: &Request) -> Result<CouponQuery, Reply> {
                 .ok_or_else(|| Reply::invalid("status must be unused, used, expired or revoked"))?,
         );
     }
-    if let Some(raw) = params.first("limit") {
-        query.limit = raw
-            .parse()
-            .ok()
-            .filter(|n| (1..=MAX_PAGE).contains(n))
-            .ok_or_else(|| Reply::invalid(format!("limit must be an integer from 1 to {MAX_PAGE}")))?;
-    }
+    query.limit = page_limit(params.first("limit"), query.limit, MAX_PAGE)?;
     if let Some(raw) = params.first("cursor") {
         query.after =
             Some(Cursor::parse(raw).ok_or_else(|| Reply::invalid("cursor must be a nextCursor from a previous page"))?);

@@ -180,6 +180,17 @@ impl fmt::Display for UserId {
     }
 }
 
+/// Splits a page cursor as the list routes hand them out,
+/// `<ms since the epoch>~<id>`: the instant (1 to 16 digits) and the id,
+/// still to be parsed by its own type. `None` for anything else.
+pub fn cursor_parts(raw: &str) -> Option<(i64, &str)> {
+    let (ms, id) = raw.split_once('~')?;
+    if ms.is_empty() || ms.len() > 16 || !ms.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((ms.parse().ok()?, id))
+}
+
 /// The client address as API Gateway saw it, used only as a risk key.
 /// Parsed as an IP address so that nothing else can reach a Redis key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

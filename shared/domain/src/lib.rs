@@ -20,6 +20,7 @@
 //!   agree; its arithmetic is pure and tested alone.
 //! - [`admin`]: operating a campaign, every change audited; [`catalog`]:
 //!   definitions and creating a coupon; [`blacklist`]: its two stores.
+//! - [`center`]: the coupon center, what an app lists before a press;
 //! - [`wallet`]: what a user holds and where their grants are;
 //!   [`redemption`]: orders spending and giving back coupons;
 //!   [`notify`]: each coupon's transitions as events for the bus.
@@ -37,6 +38,7 @@ pub mod audit;
 pub mod barrier;
 pub mod blacklist;
 pub mod catalog;
+pub mod center;
 pub mod clock;
 pub mod config;
 pub mod coupon;

@@ -10,6 +10,7 @@
 //! - [`body`]: the one JSON body reader (media type, size, an object and
 //!   nothing else, integers written as `460.0` accepted).
 //! - [`path`]: percent-decoded path segments and matching by method.
+//! - [`query`]: the query parameters the list routes share (`limit`).
 //! - [`render`]: the `{code, message, data}` envelope, and [`Reply::busy`]
 //!   for a store that did not answer.
 //! - [`settings`]: how identity and bodies are read, from the environment.
@@ -20,6 +21,7 @@ pub mod body;
 pub mod error;
 pub mod identity;
 pub mod path;
+pub mod query;
 pub mod render;
 pub mod settings;
 
@@ -27,5 +29,6 @@ pub use body::{json_body, Detail};
 pub use error::{ErrorCode, Lang};
 pub use identity::{header_str, identity, Caller};
 pub use path::{by_method, Matched, Segments};
+pub use query::page_limit;
 pub use render::Reply;
 pub use settings::{max_body_bytes, EdgeSettings};

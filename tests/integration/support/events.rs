@@ -89,6 +89,14 @@ impl Event {
         e
     }
 
+    /// `tests/fixtures/center_jwt.json`, for `user` (level 2) listing the
+    /// coupon center (first page, the fixture's `limit=2` dropped).
+    pub fn center(user: &str) -> Self {
+        let mut v: Value = serde_json::from_str(include_str!("../../fixtures/center_jwt.json")).unwrap();
+        v["requestContext"]["authorizer"]["jwt"]["claims"]["sub"] = user.into();
+        Self(v).query("")
+    }
+
     /// `tests/fixtures/grab_function_url.json`: no JWT, identity headers.
     pub fn function_url() -> Self {
         Self(serde_json::from_str(include_str!("../../fixtures/grab_function_url.json")).unwrap())

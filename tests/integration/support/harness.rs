@@ -8,6 +8,7 @@ use coupon_adapters::config::RedisSettings;
 use coupon_adapters::dynamodb::{DynamoCouponRepository, DynamoFacts, DynamoIssueLedger, Tables};
 use coupon_adapters::redis::{Redis, RedisBlacklistFlags, RedisLedger, RedisPreheater};
 use coupon_domain::catalog::{create_coupon, CreateError, Created};
+use coupon_domain::center::CenterSettings;
 use coupon_domain::clock::ManualClock;
 use coupon_domain::config::RiskLimits;
 use coupon_domain::coupon::{CouponDefinition, CouponStatus};
@@ -141,6 +142,12 @@ impl Harness {
             // load can take seconds to answer, and the tests move the
             // reconciler's send window by hand.
             send_budget_ms: 10_000,
+            // Every listing reads again: a test changes the state between
+            // two listings without moving the clock.
+            center: CenterSettings {
+                cache_ms: 0,
+                ..CenterSettings::default()
+            },
             metrics_namespace: "Test".into(),
         };
         let clock = ManualClock::new(T0);

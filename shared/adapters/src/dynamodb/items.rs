@@ -18,6 +18,12 @@ pub(super) type Item = HashMap<String, AttributeValue>;
 /// The user-coupons index by coupon.
 pub const BY_COUPON_INDEX: &str = "by-coupon";
 
+/// The coupons table's index of definitions by the end of their window
+/// (`sk`, `grab_end_ms`): sparse, since only a definition item has a
+/// `grab_end_ms`, so the coupon center lists every live coupon with one
+/// query and never reads a counter, a grant or an audit entry.
+pub const LIVE_INDEX: &str = "live";
+
 pub(super) fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
 }

@@ -20,7 +20,10 @@
 //!
 //! A coupon's data shares one partition; a user's wallet is one query. The
 //! user-coupons index `by-coupon` (`coupon_id`, `pk`) lists a coupon's
-//! holders, for rebuilding per-user counts after Redis data loss.
+//! holders, for rebuilding per-user counts after Redis data loss. The
+//! coupons index `live` (`sk`, `grab_end_ms`) holds only definitions (no
+//! other item has a `grab_end_ms`): the coupon center's one query for the
+//! coupons whose window is not over.
 
 //!
 //! One adapter per port, all over one shared [`Tables`]:
@@ -28,7 +31,8 @@
 //! issuer), [`DynamoWallet`], [`DynamoFacts`] (the reconciler),
 //! [`DynamoAdminStore`], [`DynamoBlacklist`] and [`DynamoRevocations`]
 //! (the admin API); [`DynamoRedemptions`] (orders spending coupons);
-//! [`DynamoCatalog`] (the grab's one read); [`stream_record`] reads the
+//! [`DynamoCatalog`] (the grab's one read); [`DynamoLiveCoupons`] (the
+//! coupon center's listing); [`stream_record`] reads the
 //! user-coupons change stream for the notifier.
 
 pub use aws_sdk_dynamodb::Client;
@@ -40,6 +44,7 @@ mod facts;
 mod issue;
 mod items;
 mod keys;
+mod live;
 mod redeem;
 mod revoke;
 mod stream;
@@ -50,8 +55,9 @@ pub use blacklist::DynamoBlacklist;
 pub use definitions::{DynamoCatalog, DynamoCouponRepository};
 pub use facts::DynamoFacts;
 pub use issue::DynamoIssueLedger;
-pub use items::{Tables, BY_COUPON_INDEX};
+pub use items::{Tables, BY_COUPON_INDEX, LIVE_INDEX};
 pub use keys::{counter_sk, coupon_pk, user_coupon_sk, user_pk};
+pub use live::DynamoLiveCoupons;
 pub use redeem::DynamoRedemptions;
 pub use revoke::DynamoRevocations;
 pub use stream::stream_record;

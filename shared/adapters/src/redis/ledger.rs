@@ -231,7 +231,7 @@ fn closed_reason(what: &'static str, reason: Option<&String>) -> Result<Rejectio
 }
 
 /// A refusal as grab.lua and peek.lua answer it (lua/lib.lua, `refusal`).
-fn rejection(what: &'static str, reply: &[String]) -> Result<Rejection, StoreError> {
+pub(super) fn rejection(what: &'static str, reply: &[String]) -> Result<Rejection, StoreError> {
     Ok(match reply.first().map(String::as_str) {
         // No usable state: lost, or its server restarted since it was
         // verified (lua/lib.lua, verified()). Either way BUSY and a repair

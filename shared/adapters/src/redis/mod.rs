@@ -6,6 +6,7 @@
 //! - [`scripts`]: the Lua scripts.
 //! - [`records`]: the records they store under a request id (`W|`, `B|`, `L|`).
 //! - [`ledger`]: the grab's [`StockLedger`](coupon_domain::grab::ports::StockLedger).
+//! - [`standing`]: the coupon center's [`Standings`](coupon_domain::center::Standings).
 //! - [`risk`]: the grab's [`RiskGuard`](coupon_domain::grab::ports::RiskGuard).
 //! - [`preheat`]: creating a coupon's shards.
 //! - [`repair`]: what the reconciler reads and repairs.
@@ -24,6 +25,7 @@ pub mod records;
 pub mod repair;
 pub mod risk;
 pub mod scripts;
+pub mod standing;
 
 pub use blacklist::RedisBlacklistFlags;
 pub use conn::{Redis, RedisConnection};
@@ -34,3 +36,4 @@ pub use outbox::RedisOutbox;
 pub use preheat::RedisPreheater;
 pub use repair::RedisRepair;
 pub use risk::RedisRisk;
+pub use standing::RedisStandings;

@@ -7,6 +7,7 @@
 //! promises, not how Redis or DynamoDB do it; the integration tests check
 //! the real adapters against the same promises.
 
+mod center;
 mod grab;
 mod notify;
 mod reconcile;
@@ -14,6 +15,7 @@ mod redemption;
 mod shards;
 mod wallet;
 
+pub use center::{MemoryLiveCoupons, ScriptedStandings};
 pub use grab::{AllowAll, CountingQueue, FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, ScriptedLedger, Silent};
 pub use notify::MemoryBus;
 pub use reconcile::{FakeRedrive, MemoryFacts};

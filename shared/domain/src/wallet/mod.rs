@@ -46,12 +46,12 @@ impl Cursor {
 
     /// Parses a cursor a previous page returned; `None` for anything else.
     pub fn parse(raw: &str) -> Option<Self> {
-        let (ms, grant) = raw.split_once('~')?;
-        if grant.len() > 200 || ms.is_empty() || ms.len() > 16 || !ms.bytes().all(|b| b.is_ascii_digit()) {
+        let (received_at_ms, grant) = crate::ids::cursor_parts(raw)?;
+        if grant.len() > 200 {
             return None;
         }
         Some(Self {
-            received_at_ms: ms.parse().ok()?,
+            received_at_ms,
             grant_id: GrantId::parse(grant).ok()?,
         })
     }

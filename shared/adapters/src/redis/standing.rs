@@ -1,0 +1,72 @@
+//! The coupon center's reads on Redis: a caller's standing on the home
+//! shard of each listed coupon (`lua/standing.lua`, read only), and a
+//! coupon's units left over all its shards. The reads of one listing are
+//! sent together, so a page costs one round trip of wall time however many
+//! coupons it lists.
+
+use async_trait::async_trait;
+use coupon_domain::center::{Standing, Standings};
+use coupon_domain::error::StoreError;
+use coupon_domain::grab::ports::{Peek, PeekReply};
+use coupon_domain::ids::CouponId;
+use futures::future::join_all;
+use redis::AsyncCommands;
+
+use super::conn::{protocol, unavailable, Redis};
+use super::ledger::rejection;
+use super::scripts::{evalsha, run, STANDING};
+
+/// [`Standings`] on Redis.
+#[derive(Clone)]
+pub struct RedisStandings {
+    redis: Redis,
+}
+
+impl RedisStandings {
+    /// The reads over a shared connection.
+    pub fn new(redis: Redis) -> Self {
+        Self { redis }
+    }
+
+    async fn standing(&self, ask: &Peek<'_>) -> Result<Standing, StoreError> {
+        const WHAT: &str = "standing.lua";
+        let k = self.redis.keys.shard(ask.coupon, ask.home_shard);
+        let mut conn = self.redis.conn.clone();
+        let mut cmd = evalsha(&STANDING, 2);
+        cmd.arg(k.meta())
+            .arg(k.users())
+            .arg(ask.user.as_str())
+            .arg(ask.level)
+            .arg(ask.now_ms);
+        let reply: Vec<String> = run(&mut conn, &STANDING, &cmd).await.map_err(unavailable)?;
+        let Some((held, answer)) = reply.split_first() else {
+            return Err(protocol(WHAT, "empty reply"));
+        };
+        let held = held.parse().map_err(|_| protocol(WHAT, "held is not a count"))?;
+        let shard = match answer.first().map(String::as_str) {
+            Some("OPEN") => PeekReply::Open,
+            Some("EMPTY") => PeekReply::Empty,
+            _ => PeekReply::Rejected(rejection(WHAT, answer)?),
+        };
+        Ok(Standing { shard, held })
+    }
+}
+
+#[async_trait]
+impl Standings for RedisStandings {
+    async fn standings(&self, asks: &[Peek<'_>]) -> Vec<Result<Standing, StoreError>> {
+        join_all(asks.iter().map(|ask| self.standing(ask))).await
+    }
+
+    async fn remaining(&self, coupon: &CouponId, shards: u32) -> Result<u64, StoreError> {
+        let reads = (0..shards).map(|shard| {
+            let mut conn = self.redis.conn.clone();
+            let meta = self.redis.keys.shard(coupon, shard).meta();
+            async move {
+                let stock: Option<i64> = conn.hget(meta, "stock").await.map_err(unavailable)?;
+                Ok::<u64, StoreError>(stock.unwrap_or(0).max(0) as u64)
+            }
+        });
+        join_all(reads).await.into_iter().sum()
+    }
+}
