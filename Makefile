@@ -39,11 +39,11 @@ chaos: setup build ## One sale per fault (SQS down, crashes, Redis lost, ...) on
 	@bash infra/local/stop.sh >/dev/null; bash infra/local/start.sh >/dev/null
 	@$(ENV) python -m infra.harness.chaos --engines $(ENGINE_LIST) $(CHAOS_ARGS)
 
-up: coupon ## Stack + demo coupon, then serve the functions on 127.0.0.1:$LAMBDA_PORT (9000)
+up: coupon ## Stack + demo coupon, then serve the functions on 127.0.0.1:$LAMBDA_PORT (9000) and the try-it page on $PAGE_PORT (9080)
 	@$(ENV) echo "grab: curl -X POST http://127.0.0.1:$$LAMBDA_PORT/lambda-url/grab/coupons/demo/grab \\"
 	@echo "        -H 'content-type: application/json' -H 'X-User-Id: alice' -d '{\"requestId\":\"press-1\"}'"
 	@echo "issuance: in another terminal, make pump"
-	@bash infra/local/serve.sh
+	@$(ENV) python -m infra.local.page & trap 'kill $$!' EXIT; bash infra/local/serve.sh
 
 pump: ## Local SQS event source mapping + reconciler schedule (with make up)
 	@$(ENV) python -m infra.local.pump
@@ -87,7 +87,7 @@ test-chaos: setup build ## The short pass of make chaos (eight faults, small sal
 	@bash infra/local/stop.sh >/dev/null; bash infra/local/start.sh >/dev/null
 	@$(ENV) python -m infra.harness.chaos --short --engines $(ENGINE_LIST)
 
-test-contract: stack build ## The served functions against docs/openapi.yaml (schemathesis)
+test-contract: stack build ## The served functions against docs/openapi.yaml (schemathesis), then the try-it page in headless Chromium
 	@$(ENV) python -m infra.harness.contract
 
 bench: stack ## The benchmark: figures and ratios in target/bench/summary.json

@@ -252,6 +252,21 @@ def seed():
         sys.exit(f"seeding failed: {status} {body[:300]!r}")
 
 
+def check_page(endpoint):
+    """infra/harness/page_check.py against this run's functions, the grant
+    queue of this run's moto handed to the issuer as the pump would."""
+    from infra.harness import page_check
+    from infra.local import pump as pumpmod
+
+    settings = dict(line.split("=", 1) for line in (ROOT / ".local" / "contract.env").read_text().split())
+    os.environ.update(on_own_endpoint(endpoint, **settings))
+    for var in [v for v in os.environ if v.startswith("AWS_ENDPOINT_URL_")]:
+        del os.environ[var]
+    pumpmod.LAMBDA = f"http://{HOST}:{PORT}"
+    pump = pumpmod.Pump()
+    page_check.run(f"http://{HOST}:{PORT}", pump.once)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--examples", type=int, default=int(os.environ.get("CONTRACT_EXAMPLES", "200")))
@@ -310,6 +325,13 @@ def main():
             # is machine state, not part of the repository.
             if subprocess.run(cmd, cwd=ROOT / ".local", env=env).returncode != 0:
                 failed.append(function)
+        if os.environ.get("CONTRACT_ONLY", "page") == "page":
+            print("== the try-it page in headless Chromium", flush=True)
+            try:
+                check_page(endpoint)
+            except (AssertionError, RuntimeError, TimeoutError) as e:
+                print(f"page: {e}", flush=True)
+                failed.append("page")
     finally:
         if os.environ.get("CONTRACT_KEEP") == "1":
             print(f"kept running: functions on {PORT}, moto on {AWS_PORT}")

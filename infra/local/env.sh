@@ -26,6 +26,8 @@ export REDIS_ENGINE REDIS_SERVER REDIS_CLI
 : "${AWS_PORT:=4566}"
 # `make up` / `make pump` / `make demo`: the functions under cargo lambda watch.
 : "${LAMBDA_PORT:=9000}"
+# `make up`: the try-it page (infra/local/page.py), in front of LAMBDA_PORT.
+: "${PAGE_PORT:=9080}"
 # `make test-contract`: its own functions and its own moto, so it never meets
 # a `make up` or the shared endpoint.
 : "${CONTRACT_LAMBDA_PORT:=9100}"
@@ -44,7 +46,7 @@ export REDIS_ENGINE REDIS_SERVER REDIS_CLI
 : "${AWS_ACCESS_KEY_ID:=test}"
 : "${AWS_SECRET_ACCESS_KEY:=test}"
 : "${VENV:=${_root}/.venv}"
-export REDIS_PORT AWS_PORT LAMBDA_PORT CONTRACT_LAMBDA_PORT CONTRACT_AWS_PORT CHAOS_LAMBDA_PORT BENCH_REDIS_PORT BENCH_AWS_PORT REDIS_URL REDIS_CLUSTER_PORTS REDIS_CLUSTER_URL AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY VENV
+export REDIS_PORT AWS_PORT LAMBDA_PORT PAGE_PORT CONTRACT_LAMBDA_PORT CONTRACT_AWS_PORT CHAOS_LAMBDA_PORT BENCH_REDIS_PORT BENCH_AWS_PORT REDIS_URL REDIS_CLUSTER_PORTS REDIS_CLUSTER_URL AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY VENV
 # The local AWS endpoint: `moto` (moto server for every service) or
 # `localstack` (LocalStack for SQS and EventBridge, moto for DynamoDB and its
 # streams: LocalStack's DynamoDB is DynamoDB Local, a Java jar it downloads
