@@ -206,6 +206,43 @@ async fn a_coupon_whose_redis_state_is_gone_stays_listed_from_its_definition() {
 }
 
 #[tokio::test]
+async fn the_center_reads_a_sharded_coupon_on_the_redis_cluster() {
+    let h = Harness::with(Options::default().on_cluster()).await;
+    h.own_epoch();
+    let mut def = h.live_coupon(8);
+    def.shards = 4;
+    let coupon = h.create(&def).await;
+    won(&h.grab(&coupon, "alice", "r1").await);
+    let alice = h.center("alice", &[&coupon]).await;
+    assert_eq!(state(&alice, &coupon), ("CLAIMED".into(), 1.into(), "PLENTY".into()));
+    let bob = h.center("bob", &[&coupon]).await;
+    assert_eq!(state(&bob, &coupon), ("CAN_GRAB".into(), 0.into(), "PLENTY".into()));
+}
+
+#[tokio::test]
+async fn one_lost_shard_makes_the_stock_unknown_never_sold_out() {
+    let h = Harness::new().await;
+    h.own_epoch();
+    let mut def = h.live_coupon(2);
+    def.shards = 2;
+    let coupon = h.create(&def).await;
+    // A user homed on shard 0 empties it; then shard 1, which holds the
+    // last unit, loses its state.
+    let on = |shard: u32, label: &str| {
+        (0..)
+            .map(|i| format!("{label}{i}"))
+            .find(|u| home_shard(&UserId::parse(u).unwrap(), 2) == shard)
+            .unwrap()
+    };
+    won(&h.grab(&coupon, &on(0, "first"), "r1").await);
+    let mut conn = h.redis.connection();
+    let meta = h.redis.keys().shard(&coupon, 1).meta();
+    let _: () = redis::AsyncCommands::del(&mut conn, &meta).await.unwrap();
+    let offers = h.center(&on(0, "viewer"), &[&coupon]).await;
+    assert_eq!(state(&offers, &coupon), ("CAN_GRAB".into(), 0.into(), "UNKNOWN".into()));
+}
+
+#[tokio::test]
 async fn pages_follow_the_cursor_soonest_window_first_without_repeats() {
     let h = Harness::new().await;
     let now = h.own_epoch();

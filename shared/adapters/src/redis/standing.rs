@@ -64,7 +64,14 @@ impl Standings for RedisStandings {
             let meta = self.redis.keys.shard(coupon, shard).meta();
             async move {
                 let stock: Option<i64> = conn.hget(meta, "stock").await.map_err(unavailable)?;
-                Ok::<u64, StoreError>(stock.unwrap_or(0).max(0) as u64)
+                match stock {
+                    Some(units) => Ok(units.max(0) as u64),
+                    // Lost (its repair is under way): its units are not
+                    // known to be gone, so neither is the coupon's stock.
+                    None => Err(StoreError::Unavailable(
+                        format!("stock shard {shard} has no state").into(),
+                    )),
+                }
             }
         });
         join_all(reads).await.into_iter().sum()

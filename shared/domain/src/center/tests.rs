@@ -311,3 +311,16 @@ fn a_cursor_is_only_what_a_page_handed_out() {
         assert!(CenterCursor::parse(bad).is_none(), "{bad:?}");
     }
 }
+
+#[tokio::test]
+async fn an_empty_home_shard_with_the_stock_unread_is_never_shown_sold_out() {
+    let w = world(vec![def("c1", NOW - 10)]);
+    answer(&w, "c1", PeekReply::Empty, 0);
+    w.shards
+        .remaining
+        .lock()
+        .unwrap()
+        .remove(&CouponId::parse("c1").unwrap());
+    let offer = only(&w, &query("u1")).await;
+    assert_eq!((offer.state, offer.stock), (OfferState::CanGrab, StockLevel::Unknown));
+}
