@@ -10,7 +10,9 @@
 -- any stamp made in between carries the old epoch and dies.
 -- KEYS: 1 meta
 -- ARGV: 1 version, 2 fingerprint, 3 status, 4 rate (per shard), 5 burst (per
---       shard), 6 alloc (this shard's share of the total), 7 total stock
+--       shard), 6 alloc (this shard's share of the total), 7 total stock,
+--       8 the shard's release schedule (preheat.rs, schedule_of; '' without
+--       waves)
 -- Returns 'MISSING' (no state: a rebuild will use the durable definition)
 --       | 'CURRENT' (this version or a newer one is here) | 'APPLIED'
 local meta = KEYS[1]
@@ -24,7 +26,8 @@ if add < 0 then
   return redis.error_reply('ERR stock share would shrink from ' .. m[2] .. ' to ' .. ARGV[6])
 end
 redis.call('HSET', meta, 'version', ARGV[1], 'fingerprint', ARGV[2], 'status', ARGV[3],
-  'rate', ARGV[4], 'burst', ARGV[5], 'alloc', ARGV[6], 'total', ARGV[7])
+  'rate', ARGV[4], 'burst', ARGV[5], 'alloc', ARGV[6], 'total', ARGV[7],
+  'waves', ARGV[8] or '')
 if add > 0 then redis.call('HINCRBY', meta, 'stock', add) end
 -- A new rate starts with a full bucket of the new burst.
 if m[3] ~= ARGV[4] or m[4] ~= ARGV[5] then

@@ -20,6 +20,7 @@
 --   {'ADMITTED'}            (admit only) nothing refuses the press here
 --   {'NOT_FOUND'} {'OFFLINE'} {'NOT_STARTED', startMs} {'ENDED'}
 --   {'NOT_ELIGIBLE', minLevel} {'ALREADY_CLAIMED'} {'SOLD_OUT'}
+--   {'BETWEEN_WAVES', nextWaveAtMs}
 --   {'RATE_LIMITED', retryAfterMs}
 --   {'UNVERIFIED'}          (commit or whole) the server restarted since the
 --                           shard was verified: BUSY until the reconciler
@@ -36,15 +37,15 @@ if prior then return {'REPLAY', prior} end
 
 -- Every refusal the shard decides (lib.lua); the admission takes the rate
 -- limit's token, so a commit does not take a second one.
-local refused, m, claimed = refusal(meta, users, user, level, now,
+local refused, m, claimed, stock, _, gone = refusal(meta, users, user, level, now,
   step == 'commit' and 'skip' or 'take')
 if refused then return refused end
-local stock = tonumber(m[10])
 if step == 'admit' then return {'ADMITTED'} end
 -- A claim writes what sells (a unit, or a reservation that borrows one):
 -- never on state a restart may have rolled back (lib.lua, verified()).
 if not verified(meta) then return {'UNVERIFIED'} end
 
+expire(meta, gone)
 local ordinal = claimed + 1
 redis.call('HINCRBY', users, user, 1)
 local record = issue(meta, outbox, stock, user, ordinal, request_id, now)

@@ -1,4 +1,4 @@
--- Shared prelude, compiled in front of grab.lua, peek.lua, standing.lua, take.lua,
+-- Shared prelude, compiled in front of grab.lua, peek.lua, standing.lua, available.lua, take.lua,
 -- settle.lua, preheat.lua, verify.lua and drop_if_behind.lua (the lua! macro of
 -- shared/adapters/src/redis/scripts.rs). Each script runs
 -- on ONE stock shard: every key it touches is passed in KEYS and carries the
@@ -86,17 +86,90 @@ local function verified(meta)
   return true
 end
 
+-- The shard's release schedule at `now` (meta field waves:
+-- "<atMs>:<units released by then>,..." in time order, the units
+-- cumulative and this shard's share; '' or absent without waves): the
+-- units it still holds back for later waves, the first wave after now
+-- (its instant as written, or nil), how many waves are out, and the share
+-- of the last one out. A unit is released by the clock alone: nothing has
+-- to run at a wave's instant.
+local function schedule(waves, now)
+  if not waves or waves == '' then return 0, nil, 0, 0 end
+  local released, before, final, next_at, out = 0, 0, 0, nil, 0
+  for at, cum in string.gmatch(waves, '(%d+):(%d+)') do
+    final = tonumber(cum)
+    if tonumber(at) <= now then
+      before, released, out = released, final, out + 1
+    elseif not next_at then
+      next_at = at
+    end
+  end
+  return final - released, next_at, out, released - before
+end
+
+-- What a shard may sell at `now` out of `stock`: what its waves released
+-- (all of it without waves). With rollover off (meta rollover '0') only
+-- the last wave's share may sell: what earlier waves left unclaimed
+-- expires once a later one is out, so a shard holding more than that share
+-- has leftovers to write off (the `gone` units; the script that sells
+-- writes them off with expire(), the read-only ones only subtract them).
+-- A sale within the wave only lowers what is left, so once written off
+-- nothing more expires until the next wave. Returns the units it may sell,
+-- the next wave's instant (or nil), how many waves are out and `gone`.
+local function sellable(stock, waves, rollover, now)
+  local held_back, next_at, out, share = schedule(waves, now)
+  local avail = stock - held_back
+  local gone = 0
+  if rollover == '0' and out > 0 and avail > share then gone = avail - share end
+  return avail - gone, next_at, out, gone
+end
+
+-- True if the shard's sellable units (sellable(), out of `stock`) were
+-- none at some instant of [from, to]: a press homed on it then borrowed
+-- from the other shards, which moves none of its own fields but its users
+-- hash and the request's record. Between waves the instants are where the
+-- schedule steps (a wave's instant), so those and `from` are all it looks
+-- at. Without waves: stock <= 0.
+local function ran_dry(stock, waves, rollover, from, to)
+  if sellable(stock, waves, rollover, from) <= 0 then return true end
+  for at in string.gmatch(waves or '', '(%d+):%d+') do
+    local t = tonumber(at)
+    if t > from and t <= to and sellable(stock, waves, rollover, t) <= 0 then return true end
+  end
+  return false
+end
+
+-- Writes off a wave's leftovers (sellable()'s `gone`), counted in meta
+-- expired so the reconciler's equation still adds up.
+local function expire(meta, gone)
+  if gone > 0 then
+    redis.call('HINCRBY', meta, 'stock', -gone)
+    redis.call('HINCRBY', meta, 'expired', gone)
+  end
+end
+
+-- What a sold-out stamp says it was made at: the epoch, and with waves the
+-- number of waves out, so a stamp made between two waves dies when the
+-- next one is released (no write needed at its instant).
+local function stamp(epoch, waves, out)
+  if not waves or waves == '' then return epoch end
+  return epoch .. ':' .. out
+end
+
 -- The refusals a press's home shard decides, in the order a press hears
 -- them: the one copy of them, for grab.lua's admission and commit and for
 -- peek.lua's dry run. `bucket` says what the rate limit does: 'take' takes
 -- the press's token (an admission, a whole claim), 'skip' passes it (a
 -- commit: its admission took the token), 'look' only looks (a dry run
 -- changes nothing). Returns the refusal ({kind, detail}), or nil with the
--- shard's meta fields as read and the claims the user holds here.
+-- shard's meta fields as read, the claims the user holds here, the units it
+-- may sell now (its stock less what later waves hold back) and the next
+-- wave's instant (nil without one), and the leftovers of earlier waves a
+-- script that sells writes off first (sellable(), expire()).
 local function refusal(meta, users, user, level, now, bucket)
   local m = redis.call('HMGET', meta, 'status', 'start_ms', 'end_ms',
     'min_level', 'per_user_limit', 'rate', 'burst', 'tokens', 'bucket_ms',
-    'stock', 'shards', 'soldout', 'epoch')
+    'stock', 'shards', 'soldout', 'epoch', 'waves', 'rollover')
   if not m[1] then return {'NOT_FOUND'} end
   if m[1] ~= 'ONLINE' then return {'OFFLINE'} end
   if now < tonumber(m[2]) then return {'NOT_STARTED', m[2]} end
@@ -104,11 +177,15 @@ local function refusal(meta, users, user, level, now, bucket)
   if level < tonumber(m[4]) then return {'NOT_ELIGIBLE', m[4]} end
   -- Sold out for certain: one shard only, or a full scan of every shard
   -- found nothing since the last stock increase (soldout is stamped with
-  -- the epoch that any increase bumps). Before the per-user count, as the
+  -- the epoch that any increase bumps) or the last wave. Before the per-user count, as the
   -- instances' sold-out memory answers too: after a sell-out a holder
   -- pressing again hears SOLD_OUT, and the press costs no read of the
   -- users hash.
-  if tonumber(m[10]) <= 0 and (tonumber(m[11]) <= 1 or m[12] == m[13]) then
+  -- Between waves, "nothing now" is not "nothing ever": BETWEEN_WAVES with
+  -- the next wave's instant.
+  local avail, next_at, out, gone = sellable(tonumber(m[10]), m[14], m[15], now)
+  if avail <= 0 and (tonumber(m[11]) <= 1 or m[12] == stamp(m[13], m[14], out)) then
+    if next_at then return {'BETWEEN_WAVES', next_at} end
     return {'SOLD_OUT'}
   end
   local claimed = tonumber(redis.call('HGET', users, user) or '0')
@@ -130,5 +207,5 @@ local function refusal(meta, users, user, level, now, bucket)
       redis.call('HSET', meta, 'tokens', tostring(tokens - 1), 'bucket_ms', last)
     end
   end
-  return nil, m, claimed
+  return nil, m, claimed, avail, next_at, gone
 end

@@ -9,9 +9,10 @@
 -- {'NOT_STARTED', startMs}, {'ENDED'}, {'NOT_ELIGIBLE', minLevel},
 -- {'SOLD_OUT'}, {'ALREADY_CLAIMED'}, {'RATE_LIMITED', retryAfterMs}), or
 --   {'OPEN'}   this shard has stock: a press would win here
---   {'EMPTY'}  this shard is empty but others may not be: a press would
---              borrow (the caller looks at the other shards' stock)
-local refused, m = refusal(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), 'look')
+--   {'EMPTY', nextWaveAtMs?}  this shard has nothing released left but
+--              others may: a press would borrow (the caller looks at the
+--              other shards' stock); with the next wave's instant if any
+local refused, _, _, avail, next_at = refusal(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), 'look')
 if refused then return refused end
-if tonumber(m[10]) > 0 then return {'OPEN'} end
-return {'EMPTY'}
+if avail > 0 then return {'OPEN'} end
+return {'EMPTY', next_at}

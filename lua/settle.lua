@@ -1,6 +1,7 @@
 -- Finishes a borrow on the home shard: stores the donor's grant under the
 -- request id, or, when no donor had stock, tries the home shard once more and
--- otherwise releases the reserved claim and answers sold out. When the coupon
+-- otherwise releases the reserved claim and answers sold out (or, with a
+-- wave still to come, between waves). When the coupon
 -- is no longer on sale (a donor said so, or the home shard does), nothing is
 -- taken: the claim is released and the request answers OFFLINE or ENDED.
 -- KEYS: 1 meta, 2 users, 3 req, 4 outbox, 5 borrowing
@@ -38,13 +39,13 @@ if not current then
 end
 if string.sub(current, 1, 2) ~= 'B|' then return {'DONE', current} end
 
-local ordinal, epoch = string.match(current, '^B|(%d+)|(%d+)|')
+local ordinal, epoch, reserved_at = string.match(current, '^B|(%d+)|(%d+)|(%d+)')
 if donor ~= '' then
   redis.call('SET', req, donor, 'PX', ttl)
   return {'DONE', donor}
 end
 
-local m = redis.call('HMGET', meta, 'stock', 'epoch', 'status', 'end_ms')
+local m = redis.call('HMGET', meta, 'stock', 'epoch', 'status', 'end_ms', 'waves', 'rollover')
 if closed == '' and m[3] and m[3] ~= 'ONLINE' then closed = 'OFFLINE' end
 if closed == '' and m[4] and tonumber(now) >= tonumber(m[4]) then closed = 'ENDED' end
 if closed ~= '' then
@@ -54,7 +55,9 @@ if closed ~= '' then
   redis.call('SET', req, 'L|' .. closed, 'PX', ttl)
   return {'DONE', 'L|' .. closed}
 end
-local record = issue(meta, outbox, tonumber(m[1]), user, ordinal, request_id, now)
+local avail, next_at, out, gone = sellable(tonumber(m[1]), m[5], m[6], tonumber(now))
+expire(meta, gone)
+local record = issue(meta, outbox, avail, user, ordinal, request_id, now)
 if record then
   redis.call('SET', req, record, 'PX', ttl)
   return {'DONE', record}
@@ -63,8 +66,20 @@ end
 if redis.call('HINCRBY', users, user, -1) <= 0 then
   redis.call('HDEL', users, user)
 end
--- Every shard was seen empty and nothing was added since the reservation:
--- remember it so the next grab on this shard answers at once.
-if m[2] == epoch then redis.call('HSET', meta, 'soldout', epoch) end
+-- Every shard was seen empty and nothing was added (no stock, no wave)
+-- since the reservation: remember it so the next grab on this shard answers
+-- at once, until the epoch moves or the next wave is out.
+local _, _, out_then = schedule(m[5], tonumber(reserved_at))
+if m[2] == epoch and out_then == out then
+  redis.call('HSET', meta, 'soldout', stamp(epoch, m[5], out))
+end
+-- Nothing now, but a wave to come: the press hears when.
+-- That answer is true only until the next wave: kept no longer, so a retry
+-- of the same request after it is decided afresh.
+if next_at then
+  local lost = 'L|BETWEEN_WAVES|' .. next_at
+  redis.call('SET', req, lost, 'PX', math.max(1, math.min(tonumber(ttl), tonumber(next_at) - tonumber(now))))
+  return {'DONE', lost}
+end
 redis.call('SET', req, 'L|SOLD_OUT', 'PX', ttl)
 return {'DONE', 'L|SOLD_OUT'}

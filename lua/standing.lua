@@ -9,8 +9,8 @@
 -- Returns {held, <answer>...}: the answer is a refusal as grab.lua's
 -- ({'NOT_STARTED', startMs}, {'SOLD_OUT'}, ...) or, as peek.lua's, OPEN
 -- (this shard has stock) or EMPTY (a press would borrow).
-local refused, m, claimed = refusal(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), 'skip')
+local refused, _, claimed, avail, next_at = refusal(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), 'skip')
 local held = tostring(claimed or tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0'))
 if refused then return {held, refused[1], refused[2]} end
-if tonumber(m[10]) > 0 then return {held, 'OPEN'} end
-return {held, 'EMPTY'}
+if avail > 0 then return {held, 'OPEN'} end
+return {held, 'EMPTY', next_at}

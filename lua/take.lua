@@ -14,7 +14,7 @@ local field = ordinal .. ':' .. user
 local prior = redis.call('HGET', taken, field)
 if prior then return {'WIN', prior} end
 
-local m = redis.call('HMGET', meta, 'stock', 'status', 'end_ms')
+local m = redis.call('HMGET', meta, 'stock', 'status', 'end_ms', 'waves', 'rollover')
 if not m[1] then return {'NOT_FOUND'} end
 if m[2] ~= 'ONLINE' then return {'CLOSED', 'OFFLINE'} end
 if tonumber(now) >= tonumber(m[3]) then return {'CLOSED', 'ENDED'} end
@@ -22,7 +22,10 @@ if tonumber(now) >= tonumber(m[3]) then return {'CLOSED', 'ENDED'} end
 -- not even an EMPTY: a borrow that heard only EMPTY stamps its home shard
 -- sold out.
 if not verified(meta) then return {'UNVERIFIED'} end
-local record = issue(meta, outbox, tonumber(m[1]), user, ordinal, request_id, now)
+-- A donor gives only what its waves have released by now.
+local avail, _, _, gone = sellable(tonumber(m[1]), m[4], m[5], tonumber(now))
+expire(meta, gone)
+local record = issue(meta, outbox, avail, user, ordinal, request_id, now)
 if not record then return {'EMPTY'} end
 redis.call('HSET', taken, field, record)
 return {'WIN', record}

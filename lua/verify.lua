@@ -6,9 +6,11 @@
 -- the restart was found is in DynamoDB (the coupon's barriers have passed,
 -- domain reconcile/wait.rs), called with the shard's durable high-water mark: a
 -- sequence below it rolled back and is dropped (the rebuild restores it),
--- and so is a shard with no stock left: claims homed on it may have been
--- filled by borrows, and a sold-out stamp set, neither of which moves its
--- sequence. Else every claim made on it since the snapshot minted on it,
+-- and so is a shard that had nothing to sell at some instant since its
+-- state was last stamped (no stock left, or, with waves, all of it held
+-- back: lib.lua, ran_dry()): claims homed on it may have been filled by
+-- borrows, and a sold-out stamp set, neither of which moves its sequence.
+-- Else every claim made on it since the snapshot minted on it,
 -- so a sequence not behind the mark means the state holds every grant
 -- issued: it is stamped with this history and sells again.
 --
@@ -27,7 +29,8 @@ if verified(meta) then
   return {'CURRENT'}
 end
 local id = history()
-local m = redis.call('HMGET', meta, 'seq', 'suspect', 'stock')
+local m = redis.call('HMGET', meta, 'seq', 'suspect', 'stock', 'waves', 'rollover',
+  'start_ms', 'end_ms', 'w')
 if ARGV[2] == '' then
   -- "<history>|<ms>": a stamp restored from a snapshot belongs to an older
   -- history and says nothing about this one.
@@ -38,7 +41,13 @@ if ARGV[2] == '' then
   end
   return {'SUSPECT', since}
 end
-if tonumber(m[1]) < tonumber(ARGV[2]) or tonumber(m[3]) <= 0 then
+-- Since when borrows may be missing: the state's last stamp (w, the
+-- server's clock; the snapshot was taken after it), two seconds of margin
+-- for the callers' clocks, which the waves are judged on; never before the
+-- sale opened (nothing borrows before it).
+local to = math.min(tonumber(ARGV[1]), tonumber(m[7]))
+local from = math.min(to, math.max(tonumber(m[6]), tonumber(m[8] or '0') - 2000))
+if tonumber(m[1]) < tonumber(ARGV[2]) or ran_dry(tonumber(m[3]), m[4], m[5], from, to) then
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
   return {'DROPPED'}
 end

@@ -72,7 +72,7 @@ from infra.harness.faults import Engine, RedisPair, SqsFaults
 from infra.harness.sale import ROOT, function_env, serve, stop_serving
 from infra.harness.scenarios import SCENARIOS, SHORT, scenario
 
-ZERO = ["oversell", "duplicates", "lost", "rejected_after_success"]
+ZERO = ["oversell", "duplicates", "lost", "rejected_after_success", "early"]
 
 
 

@@ -36,3 +36,12 @@ def holders(coupons):
 def rejected_ids(rejections):
     """The grant ids of the rejection items."""
     return {i["sk"]["S"].removeprefix("GRANT#") for i in rejections}
+
+
+def early(waves, coupons):
+    """Units won before their wave's instant: with the coupons in the order
+    they were granted, the k-th may not predate the wave that released the
+    k-th unit (`waves`: `[(atMs, units), ...]` in time order; 0 without)."""
+    granted = sorted(int(i["granted_at_ms"]["N"]) for i in coupons)
+    opens = [at for at, units in waves for _ in range(units)]
+    return sum(1 for k, at in enumerate(granted) if k < len(opens) and at < opens[k])

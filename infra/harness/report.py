@@ -244,7 +244,7 @@ CHAOS_CHARTS = [
     ("answers", "What the presses heard, per fault", "answers"),
     ("promise", "Told SUCCESS, and coupons issued, per fault", "coupons"),
 ]
-ZERO = ["oversell", "duplicates", "lost", "rejected_after_success"]
+ZERO = ["oversell", "duplicates", "lost", "rejected_after_success", "early"]
 
 
 def render_chaos(results, ok):

@@ -158,7 +158,10 @@ def call(method, path, body=None, headers=None, timeout=30):
 # --------------------------------------------------------------- the sale
 
 class Sale:
-    def __init__(self, name, stock, shards, users, seed, transport=watch_press):
+    def __init__(self, name, stock, shards, users, seed, transport=watch_press, waves=None):
+        """`waves`: `[(seconds from now, units), ...]` to release the stock in
+        waves (the first must be far enough ahead to still be in the future
+        when the coupon is created)."""
         self.name, self.stock, self.users, self.transport = name, stock, users, transport
         now = int(time.time() * 1000)
         self.coupon = f"chaos-{name.replace('_', '-')}-{now}"
@@ -174,6 +177,10 @@ class Sale:
             "validUntilMs": now + 86_400_000,
             "shards": shards,
         }
+        # Each wave's instant (ms since epoch) and units.
+        self.waves = [(now + int(seconds * 1000), units) for seconds, units in waves or []]
+        if self.waves:
+            self.definition["waves"] = [{"atMs": at, "units": units} for at, units in self.waves]
         self.rng = random.Random(seed)
         self.told = collections.defaultdict(set)  # user -> grant ids told SUCCESS
         self.codes = collections.Counter()

@@ -9,7 +9,7 @@ import collections
 import threading
 import time
 
-from infra.harness.ledger import holders, ledger, rejected_ids
+from infra.harness.ledger import early, holders, ledger, rejected_ids
 from infra.harness.sale import Issuance, Sale, call, grab_host, host_press, watch_press
 
 
@@ -65,6 +65,7 @@ def judge(sale, figures):
         "lost": sum(1 for u, g in told if g not in wallets.get(u, set())),
         "rejected_after_success": sum(1 for _, g in told if g in rejected),
         "unsold": max(0, sale.stock - len(held)),
+        "early": early(sale.waves, coupons),
         "answers": dict(sale.codes),
         "drift": figures.get("drift"),
     }
@@ -80,16 +81,21 @@ class Run:
 
     def __init__(self, name, rig, short, seed):
         self.name, self.rig = name, rig
+        fault = name.removesuffix(WAVED)
         users = 120 if short else 300
         # snapshot_restore: units left when the restore lands, so every
         # press could win.
-        stock = users if name == "snapshot_restore" else 40 if short else 100
+        stock = users if fault == "snapshot_restore" else 40 if short else 100
         # retry_during_lag: every press on a fresh process, as a retry after a
         # Lambda timeout always is: its connection has written nothing.
         self.host = (grab_host(rig["env"]) if name == "crash_after_decision"
                      else grab_host(rig["env"], recycle=True) if name == "retry_during_lag" else None)
-        self.sale = Sale(name, stock, 4 if name == "snapshot_restore" else 2, users, seed,
-                         host_press(self.host) if self.host else watch_press)
+        # A waved sale: three quarters of the stock released 3 s after the
+        # coupon is created, the rest WAVE_GAP_SECONDS later.
+        waves = ([(3.0, stock * 3 // 4), (3.0 + WAVE_GAP_SECONDS, stock - stock * 3 // 4)]
+                 if name.endswith(WAVED) else None)
+        self.sale = Sale(name, stock, 4 if fault == "snapshot_restore" else 2, users, seed,
+                         host_press(self.host) if self.host else watch_press, waves=waves)
         self.issuance = Issuance(duplicate=name == "duplicate_delivery",
                                  reconcilers=2 if name == "concurrent_reconcilers" else 1)
         self.sale.create()
@@ -138,7 +144,8 @@ class Run:
         result = judge(self.sale, self.issuance.settle(self.sale.coupon))
         if self.beside:
             other = judge(self.beside, self.issuance.settle(self.beside.coupon))
-            for key in ("winners", "issued", "oversell", "duplicates", "lost", "rejected_after_success", "unsold"):
+            for key in ("winners", "issued", "oversell", "duplicates", "lost", "rejected_after_success", "unsold",
+                        "early"):
                 result[key] += other[key]
             result["drift"] = (result["drift"] or 0) + (other["drift"] or 0)
             result["beside"] = other
@@ -297,21 +304,43 @@ FAULTS = {
 PACE = {"snapshot_restore": 50, "failover_rollback": 80, "retry_during_lag": 80}
 
 
+# `<fault>_waves`: the fault during the first release wave of a coupon
+# with two; the users who won nothing press again once the second is out.
+WAVED = "_waves"
+WAVE_GAP_SECONDS = 12.0
+
+
+def until(instant_ms):
+    """Sleeps until `instant_ms` (ms since epoch) has passed."""
+    time.sleep(max(0.0, instant_ms / 1000 - time.time()) + 0.05)
+
+
 def scenario(name, rig, short, seed):
-    """One sale under the fault `name`: the first wave with the fault's
-    hooks, a second wave where the scenario has one, then the judgement."""
+    """One sale under the fault `name`: the first round of presses with
+    the fault's hooks, a second round where the scenario has one, then the
+    judgement."""
     run = Run(name, rig, short, seed)
-    hooks = FAULTS[name](run) if name in FAULTS else {}
-    run.sale.run_wave(run.people, 1, hooks, per_second=PACE.get(name))
+    fault = name.removesuffix(WAVED)
+    hooks = FAULTS[fault](run) if fault in FAULTS else {}
+    sale = run.sale
+    if sale.waves:
+        until(sale.waves[0][0])
+    sale.run_wave(run.people, 1, hooks, per_second=PACE.get(fault))
     if name == "refill_during_sale":
         refill_after_sell_out(run)
+    if len(sale.waves) > 1:
+        run.note(f"{sale.codes['SUCCESS']} SUCCESS in the first wave; the second is out "
+                 f"{max(0.0, sale.waves[1][0] / 1000 - time.time()):.1f} s later")
+        until(sale.waves[1][0])
+        sale.run_wave([u for u in run.people if u not in sale.told], 2, {})
     return run.finish()
 
 
 SCENARIOS = [
     "sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale",
     "recreate_after_loss", "duplicate_delivery", "concurrent_reconcilers", "poison_messages", "retry_during_lag",
-    "snapshot_restore", "flush_beside_other_sales",
+    "snapshot_restore", "flush_beside_other_sales", "redis_flush_waves", "failover_rollback_waves",
+    "snapshot_restore_waves",
 ]
 SHORT = ["sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale",
-         "retry_during_lag", "snapshot_restore", "flush_beside_other_sales"]
+         "retry_during_lag", "snapshot_restore", "flush_beside_other_sales", "redis_flush_waves"]

@@ -31,14 +31,23 @@ function requestId() {
   return "r" + Date.now().toString(36) + Math.random().toString(36).slice(2, 10);
 }
 
-function countdown(ms) {
+function countdown(what, ms) {
   const s = Math.max(0, Math.ceil((ms - Date.now()) / 1000));
   const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
-  return "starts in " + (h ? h + "h " : "") + (h || m ? m + "m " : "") + r + "s";
+  return what + " in " + (h ? h + "h " : "") + (h || m ? m + "m " : "") + r + "s";
+}
+
+// When the offer's state changes by the clock alone: its window opens, or
+// its next release wave is out.
+function opensAt(offer) {
+  if (offer.state === "NOT_STARTED") return offer.startsAtMs;
+  if (offer.state === "BETWEEN_WAVES") return offer.nextWaveAtMs;
+  return null;
 }
 
 function when(offer) {
-  if (offer.state === "NOT_STARTED") return countdown(offer.startsAtMs);
+  if (offer.state === "NOT_STARTED") return countdown("starts", offer.startsAtMs);
+  if (offer.state === "BETWEEN_WAVES") return countdown("next wave", offer.nextWaveAtMs);
   return "until " + new Date(offer.grabEndMs).toLocaleTimeString();
 }
 
@@ -146,7 +155,8 @@ $("refresh").addEventListener("click", () => { if (caller) loadWallet(); });
 // instance serves it from its copy, so this costs the catalogue nothing.
 setInterval(() => { if (caller) loadCenter(); }, 5000);
 
-// Countdowns tick; a coupon whose window opens reloads the center.
+// Countdowns tick; a coupon whose window opens (or whose next wave is out)
+// reloads the center.
 setInterval(() => {
   if (!caller) return;
   let opened = false;
@@ -154,7 +164,8 @@ setInterval(() => {
     const o = offers.find((x) => x.couponId === tr.dataset.coupon);
     if (!o) continue;
     tr.querySelector(".when").textContent = when(o);
-    if (o.state === "NOT_STARTED" && o.startsAtMs <= Date.now()) opened = true;
+    const at = opensAt(o);
+    if (at !== null && at <= Date.now()) opened = true;
   }
   if (opened) loadCenter();
 }, 1000);

@@ -31,9 +31,24 @@ def test_a_stretch_still_open_when_the_presses_end_counts_to_the_last_answer():
 
 
 def test_a_sale_closed_longer_than_ten_seconds_fails_the_full_run_but_not_the_promise():
-    kept = {"oversell": 0, "duplicates": 0, "lost": 0, "rejected_after_success": 0, "issued": 40,
+    kept = {"oversell": 0, "duplicates": 0, "lost": 0, "rejected_after_success": 0, "early": 0, "issued": 40,
             "winners": 40, "drift": 0, "unavailable_ms": chaos.MAX_UNAVAILABLE_MS + 1}
     assert chaos.passed(kept)
     assert not chaos.passed(kept, availability=True)
     assert chaos.passed({**kept, "unavailable_ms": chaos.MAX_UNAVAILABLE_MS}, availability=True)
     assert not chaos.passed({**kept, "lost": 1})
+
+
+WAVES = [(1_000, 2), (5_000, 1)]
+
+
+def _granted(*instants):
+    return [{"granted_at_ms": {"N": str(at)}} for at in instants]
+
+
+def test_a_unit_won_before_its_wave_s_instant_is_early_and_none_is_without_waves():
+    assert scenarios.early(WAVES, _granted(1_000, 1_200, 5_000)) == 0
+    # The third unit was won before the second wave released it.
+    assert scenarios.early(WAVES, _granted(1_000, 1_200, 4_999)) == 1
+    assert scenarios.early(WAVES, _granted(999)) == 1
+    assert scenarios.early([], _granted(1, 2, 3)) == 0

@@ -11,11 +11,10 @@
 use std::collections::HashMap;
 
 use coupon_domain::coupon::{CouponDefinition, CouponStatus};
-use coupon_domain::grab::home_shard;
-use coupon_domain::ids::{CouponId, UserId};
+use coupon_domain::ids::CouponId;
 use serde_json::Value;
 
-use crate::support::{unique, Event, Harness, Options, Resp, HOUR, T0};
+use crate::support::{homed_on, unique, Event, Harness, Options, Resp, HOUR, T0};
 
 const DAY: i64 = 24 * HOUR;
 
@@ -136,12 +135,7 @@ async fn an_empty_home_shard_reads_can_grab_while_another_shard_has_stock() {
     def.per_user_limit = 1;
     let coupon = h.create(&def).await;
     // Empty shard 0 with a user homed there; shard 1 keeps its unit.
-    let homed = |shard: u32, label: &str| {
-        (0..)
-            .map(|i| format!("{label}{i}"))
-            .find(|u| home_shard(&UserId::parse(u).unwrap(), 2) == shard)
-            .unwrap()
-    };
+    let homed = |shard: u32, label: &str| homed_on(shard, 2, label);
     let first = homed(0, "first");
     won(&h.grab(&coupon, &first, "r1").await);
     let next = homed(0, "next");
@@ -228,12 +222,7 @@ async fn one_lost_shard_makes_the_stock_unknown_never_sold_out() {
     let coupon = h.create(&def).await;
     // A user homed on shard 0 empties it; then shard 1, which holds the
     // last unit, loses its state.
-    let on = |shard: u32, label: &str| {
-        (0..)
-            .map(|i| format!("{label}{i}"))
-            .find(|u| home_shard(&UserId::parse(u).unwrap(), 2) == shard)
-            .unwrap()
-    };
+    let on = |shard: u32, label: &str| homed_on(shard, 2, label);
     won(&h.grab(&coupon, &on(0, "first"), "r1").await);
     let mut conn = h.redis.connection();
     let meta = h.redis.keys().shard(&coupon, 1).meta();

@@ -3,11 +3,10 @@
 //! the user's state changed by asking.
 
 use coupon_domain::blacklist::BlacklistFlags;
-use coupon_domain::grab::home_shard;
 use coupon_domain::ids::UserId;
 use redis::AsyncCommands;
 
-use crate::support::{Event, Harness, HOUR, T0};
+use crate::support::{homed_on, Event, Harness, HOUR, T0};
 
 impl Harness {
     /// What a press of `user` on `coupon` would get now.
@@ -46,14 +45,6 @@ impl Harness {
         }
         out
     }
-}
-
-/// A user id homed on `shard` of a coupon of `shards`.
-fn homed_on(shard: u32, shards: u32, label: &str) -> String {
-    (0..)
-        .map(|i| format!("{label}{i}"))
-        .find(|u| home_shard(&UserId::parse(u).unwrap(), shards) == shard)
-        .unwrap()
 }
 
 #[tokio::test]

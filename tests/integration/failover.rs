@@ -204,7 +204,7 @@ async fn restarted_from_an_old_snapshot(server: &mut Server) {
     assert_eq!(h.facts().issued(&coupon).await.unwrap(), 5);
 
     server.restart_from_snapshot();
-    wait_for_redis(&h).await;
+    h.wait_for_redis().await;
     for i in 0..3 {
         let early = h.grab(&coupon, &format!("early-{i}"), "r").await;
         assert_eq!((early.status, early.code()), (503, "BUSY"), "{}", early.body);
@@ -277,7 +277,7 @@ async fn a_shard_restarted_with_every_grant_sells_again_once_checked_and_loses_n
     h.pump().await;
     assert!(server.cmd(&["SAVE"]).contains("OK"));
     server.restart_from_snapshot();
-    wait_for_redis(&h).await;
+    h.wait_for_redis().await;
 
     assert_eq!(h.grab(&coupon, "u2", "r").await.code(), "BUSY");
     assert_eq!(h.reconcile_windowed(&def, 3_000).await.shards_waiting, 1);
@@ -320,7 +320,7 @@ async fn a_sold_out_sale_answers_again_one_pass_after_a_restore_while_a_selling_
     h.pump().await;
     assert!(server.cmd(&["SAVE"]).contains("OK"));
     server.restart_from_snapshot();
-    wait_for_redis(&h).await;
+    h.wait_for_redis().await;
 
     let repaired = h.reconcile_windowed(&sold, 3_000).await;
     let waiting = h.reconcile_windowed(&selling, 3_000).await;
@@ -341,16 +341,4 @@ async fn a_sold_out_sale_answers_again_one_pass_after_a_restore_while_a_selling_
     h.pump().await;
     assert_eq!(h.facts().issued(&sold_id).await.unwrap(), 2);
     assert!(h.facts().rejections(&sold_id).await.unwrap().is_empty());
-}
-
-/// Until the restarted server answers (the client reconnects on its own).
-async fn wait_for_redis(h: &Harness) {
-    for _ in 0..100 {
-        let mut conn = h.redis.connection();
-        if redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok() {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("redis did not come back");
 }

@@ -28,3 +28,4 @@ mod rules;
 mod sale;
 mod sqs_down;
 mod wallet;
+mod waves;

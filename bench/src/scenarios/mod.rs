@@ -71,6 +71,8 @@ pub(crate) fn coupon(id: &str, stock: u64, shards: u32) -> CouponDefinition {
         rate_per_sec: 0,
         burst: 0,
         status: CouponStatus::Online,
+        waves: Vec::new(),
+        rollover: true,
     }
 }
 

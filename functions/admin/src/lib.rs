@@ -9,6 +9,7 @@
 //! | GET | `/admin/coupons/{couponId}` | definition, version, live figures |
 //! | PUT | `/admin/coupons/{couponId}/status` | `{"status": "ONLINE" \| "OFFLINE"}` |
 //! | POST | `/admin/coupons/{couponId}/stock` | `{"add": n}`, with `Idempotency-Key` |
+//! | POST | `/admin/coupons/{couponId}/waves` | `{"atMs": t, "units": n}`: a release wave, with `Idempotency-Key` |
 //! | PUT | `/admin/coupons/{couponId}/rate` | `{"ratePerSec": r, "burst": b}` |
 //! | GET | `/admin/coupons/{couponId}/audit` | who changed what, when (`?limit=`, newest first) |
 //! | POST, GET | `/admin/coupons/{couponId}/reconcile` | run one pass now / read the last report |
@@ -49,7 +50,7 @@ use coupon_adapters::{aws, secrets};
 use coupon_domain::admin::{AdminContext, AdminError, AdminPorts, AdminService, RateChange};
 use coupon_domain::catalog::Created;
 use coupon_domain::clock::{Clock, SystemClock};
-use coupon_domain::coupon::{CouponDefinition, CouponStatus};
+use coupon_domain::coupon::{CouponDefinition, CouponStatus, Wave};
 use coupon_domain::error::StoreError;
 use coupon_domain::metrics::{EmfMetrics, Metrics};
 use coupon_domain::reconcile::ports::DurableFacts;
@@ -163,6 +164,10 @@ async fn coupon_route(app: &AdminApp, req: &Request, ctx: &AdminContext, route: 
         CouponRoute::Stock(id) => match (coupon_id(&id), body::<StockBody>(req, max)) {
             (Err(r), _) | (_, Err(r)) => return *r,
             (Ok(id), Ok(b)) => s.add_stock(ctx, &id, b.add).await.map(|v| json!(v)),
+        },
+        CouponRoute::Waves(id) => match (coupon_id(&id), body::<Wave>(req, max)) {
+            (Err(r), _) | (_, Err(r)) => return *r,
+            (Ok(id), Ok(w)) => s.add_wave(ctx, &id, w).await.map(|v| json!(v)),
         },
         CouponRoute::Rate(id) => match (coupon_id(&id), body::<RateChange>(req, max)) {
             (Err(r), _) | (_, Err(r)) => return *r,

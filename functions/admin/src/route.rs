@@ -30,6 +30,8 @@ pub enum CouponRoute {
     Status(String),
     /// `POST /admin/coupons/{id}/stock`.
     Stock(String),
+    /// `POST /admin/coupons/{id}/waves`.
+    Waves(String),
     /// `PUT /admin/coupons/{id}/rate`.
     Rate(String),
     /// `GET /admin/coupons/{id}/audit`.
@@ -69,6 +71,11 @@ pub fn route(method: &Method, path: &str) -> Matched<Route> {
             method,
             "POST",
             [(Method::POST, Route::Coupon(CouponRoute::Stock(id(c))))],
+        ),
+        ["admin", "coupons", c, "waves"] => by_method(
+            method,
+            "POST",
+            [(Method::POST, Route::Coupon(CouponRoute::Waves(id(c))))],
         ),
         ["admin", "coupons", c, "rate"] => {
             by_method(method, "PUT", [(Method::PUT, Route::Coupon(CouponRoute::Rate(id(c))))])

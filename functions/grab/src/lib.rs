@@ -220,6 +220,10 @@ pub fn rejection_reply(reason: &Rejection, replayed: bool) -> Reply {
             json!({"reason": "NOT_STARTED", "startsAtMs": starts_at_ms}),
         ),
         Rejection::Ended => (ErrorCode::CouponNotActive, json!({"reason": "ENDED"})),
+        Rejection::BetweenWaves { next_wave_at_ms } => (
+            ErrorCode::CouponNotActive,
+            json!({"reason": "BETWEEN_WAVES", "nextWaveAtMs": next_wave_at_ms}),
+        ),
         Rejection::NotEligible { min_level } => (ErrorCode::NotEligible, json!({"minLevel": min_level})),
         Rejection::AlreadyClaimed => (ErrorCode::AlreadyClaimed, json!({})),
         Rejection::SoldOut => (ErrorCode::SoldOut, json!({})),

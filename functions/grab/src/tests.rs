@@ -282,6 +282,8 @@ fn center_app(ids: &[&str]) -> GrabApp {
             rate_per_sec: 0,
             burst: 0,
             status: CouponStatus::Online,
+            waves: Vec::new(),
+            rollover: true,
         });
         standings.remaining.lock().unwrap().insert(coupon.clone(), 80);
         standings.answers.lock().unwrap().insert(

@@ -43,6 +43,8 @@ pub enum AdminAction {
     SetStatus,
     /// Added stock.
     AddStock,
+    /// Added a release wave.
+    AddWave,
     /// Changed the rate limit.
     SetRate,
     /// Put a user on the blacklist.

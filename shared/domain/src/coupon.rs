@@ -45,6 +45,27 @@ fn one() -> u32 {
     1
 }
 
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+/// Most release waves one coupon may have.
+pub const MAX_WAVES: usize = 48;
+
+/// One release of stock (整点抢券): `units` become grabbable at `at_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Wave {
+    /// The instant the wave's units are released (ms since the epoch).
+    pub at_ms: i64,
+    /// How many units it releases.
+    pub units: u64,
+}
+
 /// A coupon campaign as an operator defines it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -85,6 +106,16 @@ pub struct CouponDefinition {
     /// Online or offline at creation.
     #[serde(default)]
     pub status: CouponStatus,
+    /// Release waves, in time order, their units summing to `total_stock`;
+    /// empty: every unit is grabbable from `grab_start_ms`. Left out of the
+    /// stored JSON when empty, so definitions written before waves existed
+    /// keep their fingerprint.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waves: Vec<Wave>,
+    /// With waves: a wave's unclaimed units join the next (true, the
+    /// default) or expire when the next is released (false).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub rollover: bool,
 }
 
 /// Why a definition was refused; names the field so the operator can fix it.
@@ -158,6 +189,41 @@ impl CouponDefinition {
         if self.rate_per_sec > 0 && self.burst > 0 && self.burst < self.shards {
             return Err(invalid("burst", "must be at least the number of shards"));
         }
+        self.validate_waves()
+    }
+
+    fn validate_waves(&self) -> Result<(), DefinitionError> {
+        if self.waves.is_empty() {
+            return if self.rollover {
+                Ok(())
+            } else {
+                Err(invalid("rollover", "applies to waves only"))
+            };
+        }
+        if self.waves.len() > MAX_WAVES {
+            return Err(invalid("waves", format!("at most {MAX_WAVES} waves")));
+        }
+        let mut sum: u64 = 0;
+        let mut last = None;
+        for wave in &self.waves {
+            if wave.units == 0 {
+                return Err(invalid("waves", "every wave releases at least one unit"));
+            }
+            if !(self.grab_start_ms..self.grab_end_ms).contains(&wave.at_ms) {
+                return Err(invalid("waves", "every wave is inside the grab window"));
+            }
+            if last.is_some_and(|at| wave.at_ms <= at) {
+                return Err(invalid("waves", "waves must be in strictly increasing time order"));
+            }
+            last = Some(wave.at_ms);
+            sum = sum.saturating_add(wave.units);
+        }
+        if sum != self.total_stock {
+            return Err(invalid(
+                "waves",
+                format!("units must sum to totalStock ({})", self.total_stock),
+            ));
+        }
         Ok(())
     }
 
@@ -168,6 +234,9 @@ impl CouponDefinition {
         if self.grab_end_ms <= now_ms {
             return Err(invalid("grabEndMs", "the grab window is already over"));
         }
+        if self.waves.iter().any(|w| w.at_ms < now_ms) {
+            return Err(invalid("waves", "a wave of a new coupon cannot be in the past"));
+        }
         Ok(())
     }
 
@@ -175,6 +244,62 @@ impl CouponDefinition {
     /// to the lowest shards, so the shares sum to `total_stock` exactly.
     pub fn shard_stock(&self, index: u32) -> u64 {
         even_share(self.total_stock, u64::from(self.shards), u64::from(index))
+    }
+
+    /// Shard `index`'s release schedule: for each wave, its instant and the
+    /// units the shard holds released by then, cumulative. The split is of
+    /// the cumulative totals, with [`even_share`], so every shard's last
+    /// figure is its [`Self::shard_stock`] and the shards' figures at any
+    /// wave sum to the coupon's units released by then. Empty without
+    /// waves.
+    pub fn shard_waves(&self, index: u32) -> Vec<(i64, u64)> {
+        let mut released = 0u64;
+        self.waves
+            .iter()
+            .map(|w| {
+                released += w.units;
+                (w.at_ms, even_share(released, u64::from(self.shards), u64::from(index)))
+            })
+            .collect()
+    }
+
+    /// The units shard `index` holds back at `now_ms` for waves still to
+    /// come (0 without waves): what a rebuild of that shard must give it
+    /// before anything else, or a later wave would sell early.
+    pub fn shard_held_back(&self, index: u32, now_ms: i64) -> u64 {
+        let schedule = self.shard_waves(index);
+        let last = schedule.last().map_or(0, |&(_, released)| released);
+        let out = schedule
+            .iter()
+            .rev()
+            .find(|&&(at, _)| at <= now_ms)
+            .map_or(0, |&(_, released)| released);
+        last - out
+    }
+
+    /// The last wave out on shard `index` at `now_ms`: its instant and the
+    /// shard's share of it (`None` before the first, or without waves).
+    /// Without rollover, all the shard may sell until the next wave, less
+    /// what it sold since that instant.
+    pub fn shard_wave_out(&self, index: u32, now_ms: i64) -> Option<(i64, u64)> {
+        let schedule = self.shard_waves(index);
+        let out = schedule.iter().rposition(|&(at, _)| at <= now_ms)?;
+        let before = if out == 0 { 0 } else { schedule[out - 1].1 };
+        Some((schedule[out].0, schedule[out].1 - before))
+    }
+
+    /// The units of the whole coupon released by `now_ms` (all of them
+    /// without waves).
+    pub fn released_by(&self, now_ms: i64) -> u64 {
+        if self.waves.is_empty() {
+            return self.total_stock;
+        }
+        self.waves.iter().filter(|w| w.at_ms <= now_ms).map(|w| w.units).sum()
+    }
+
+    /// The first wave after `now_ms`, if any.
+    pub fn next_wave_after(&self, now_ms: i64) -> Option<i64> {
+        self.waves.iter().map(|w| w.at_ms).find(|&at| at > now_ms)
     }
 
     /// Each shard's token-bucket rate (grabs per second, fractional).

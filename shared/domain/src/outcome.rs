@@ -17,6 +17,11 @@ pub enum Rejection {
     },
     /// After the grab window.
     Ended,
+    /// Nothing is released now, and a wave is still to come.
+    BetweenWaves {
+        /// The next wave's instant, ms since epoch.
+        next_wave_at_ms: i64,
+    },
     /// The caller's member level is below the coupon's minimum.
     NotEligible {
         /// The minimum level.

@@ -77,6 +77,15 @@ impl Options {
     }
 }
 
+/// A user id homed on `shard` of a coupon of `shards` (`label0`, `label1`,
+/// ... the first that is).
+pub fn homed_on(shard: u32, shards: u32, label: &str) -> String {
+    (0..)
+        .map(|i| format!("{label}{i}"))
+        .find(|u| coupon_domain::grab::home_shard(&coupon_domain::ids::UserId::parse(u).unwrap(), shards) == shard)
+        .unwrap()
+}
+
 /// A grab function wired to the real services, with a hand-moved clock.
 pub struct Harness {
     pub app: Arc<GrabApp>,
@@ -193,6 +202,8 @@ impl Harness {
             rate_per_sec: 0,
             burst: 0,
             status: CouponStatus::Online,
+            waves: Vec::new(),
+            rollover: true,
         }
     }
 
@@ -321,6 +332,19 @@ impl Harness {
     }
 
     /// Deletes every Redis key of this harness: what a FLUSHALL does to it.
+    /// Until Redis answers again after a restart (the client reconnects on
+    /// its own).
+    pub async fn wait_for_redis(&self) {
+        for _ in 0..100 {
+            let mut conn = self.redis.connection();
+            if redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("redis did not come back");
+    }
+
     pub async fn flush_redis(&self) {
         let mut conn = self.redis.connection();
         let pattern = format!(

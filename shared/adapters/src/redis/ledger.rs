@@ -98,18 +98,15 @@ impl StockLedger for RedisLedger {
         let reply: Vec<String> = run(&mut conn, &PEEK, &cmd).await.map_err(unavailable)?;
         Ok(match reply.first().map(String::as_str) {
             Some("OPEN") => PeekReply::Open,
-            Some("EMPTY") => PeekReply::Empty,
+            Some("EMPTY") => PeekReply::Empty {
+                next_wave_at_ms: reply.get(1).map(|_| number(WHAT, &reply, 1)).transpose()?,
+            },
             _ => PeekReply::Rejected(rejection(WHAT, &reply)?),
         })
     }
 
-    async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<u64, StoreError> {
-        let mut conn = self.redis.conn.clone();
-        let stock: Option<i64> = conn
-            .hget(self.redis.keys.shard(coupon, shard).meta(), "stock")
-            .await
-            .map_err(unavailable)?;
-        Ok(stock.unwrap_or(0).max(0) as u64)
+    async fn shard_stock(&self, coupon: &CouponId, shard: u32, now_ms: i64) -> Result<u64, StoreError> {
+        Ok(self.redis.available(coupon, shard, now_ms).await?.unwrap_or(0))
     }
 
     async fn take(&self, claim: &Claim<'_>, donor: u32, ordinal: u32) -> Result<TakeReply, StoreError> {
@@ -242,6 +239,9 @@ pub(super) fn rejection(what: &'static str, reply: &[String]) -> Result<Rejectio
             starts_at_ms: number(what, reply, 1)?,
         },
         Some("ENDED") => Rejection::Ended,
+        Some("BETWEEN_WAVES") => Rejection::BetweenWaves {
+            next_wave_at_ms: number(what, reply, 1)?,
+        },
         Some("NOT_ELIGIBLE") => Rejection::NotEligible {
             min_level: number(what, reply, 1)?,
         },

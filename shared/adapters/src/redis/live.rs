@@ -10,6 +10,7 @@ use coupon_domain::ids::CouponId;
 use coupon_domain::live::{LiveSettings, ShardApply};
 
 use super::conn::{protocol, unavailable, Redis};
+use super::preheat::schedule_of;
 use super::repair::bump_epoch;
 use super::scripts::APPLY_SETTINGS;
 
@@ -40,6 +41,7 @@ impl LiveSettings for RedisLive {
             .arg(def.shard_burst())
             .arg(def.shard_stock(shard))
             .arg(def.total_stock)
+            .arg(schedule_of(def, shard))
             .invoke_async(&mut conn)
             .await
             .map_err(unavailable)?;

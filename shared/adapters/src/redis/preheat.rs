@@ -56,6 +56,11 @@ pub(super) fn meta_fields(
         // The shard's share of the total and the total itself: what an
         // operator's stock addition is applied against (apply_settings.lua).
         ("alloc", def.shard_stock(shard).to_string()),
+        // The shard's release schedule (lua/lib.lua, schedule()):
+        // "<atMs>:<released by then>,...", cumulative; empty without waves.
+        ("waves", schedule_of(def, shard)),
+        // '0': a wave's unclaimed units expire when the next is out.
+        ("rollover", if def.rollover { "1" } else { "0" }.to_owned()),
         ("total", def.total_stock.to_string()),
         // The definition version applied; changes carry higher ones.
         ("version", version.to_string()),
@@ -64,6 +69,17 @@ pub(super) fn meta_fields(
         ("preheated_at_ms", now_ms.to_string()),
         ("layout", LAYOUT.to_owned()),
     ]
+}
+
+/// Shard `shard`'s release schedule as its meta holds it (lua/lib.lua,
+/// schedule()): `<atMs>:<units released by then>,...`, cumulative; empty
+/// without waves.
+pub(super) fn schedule_of(def: &CouponDefinition, shard: u32) -> String {
+    def.shard_waves(shard)
+        .iter()
+        .map(|(at, released)| format!("{at}:{released}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl Redis {

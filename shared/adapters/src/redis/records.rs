@@ -61,6 +61,9 @@ pub(super) fn parse_recorded(what: &'static str, record: &str) -> Result<Recorde
         "L|ENDED" => return Ok(Recorded::Closed(Rejection::Ended)),
         _ => {}
     }
+    if let Some(at) = record.strip_prefix("L|BETWEEN_WAVES|").and_then(|at| at.parse().ok()) {
+        return Ok(Recorded::Closed(Rejection::BetweenWaves { next_wave_at_ms: at }));
+    }
     if let Some(rest) = record.strip_prefix("B|") {
         if let Some(ordinal) = rest.split('|').next().and_then(|o| o.parse().ok()) {
             return Ok(Recorded::Borrowing { ordinal });

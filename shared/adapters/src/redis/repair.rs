@@ -7,7 +7,7 @@ use coupon_domain::coupon::StoredCoupon;
 use coupon_domain::error::StoreError;
 use coupon_domain::grant::{Grant, GrantRecord};
 use coupon_domain::ids::{CouponId, GrantId, RequestId, UserId};
-use coupon_domain::reconcile::ports::{OutboxEntry, ShardStock, StockRepair, Verification};
+use coupon_domain::reconcile::ports::{OutboxEntry, ShardStock, ShardUnits, StockRepair, Verification};
 use coupon_domain::user_coupon::Held;
 use redis::AsyncCommands;
 
@@ -54,15 +54,19 @@ impl StockRepair for RedisRepair {
         let mut conn = self.redis.conn.clone();
         // One HMGET: the stock and the version it was computed from, as of
         // the same instant.
-        let (stock, version): (Option<i64>, Option<u64>) = redis::cmd("HMGET")
+        let (stock, version, expired): (Option<i64>, Option<u64>, Option<i64>) = redis::cmd("HMGET")
             .arg(self.redis.keys.shard(coupon, shard).meta())
             .arg("stock")
             .arg("version")
+            .arg("expired")
             .query_async(&mut conn)
             .await
             .map_err(unavailable)?;
+        // A wave's leftovers written off (rollover off) are units no grant
+        // took: counted with the stock, so the equation adds up and a
+        // rebuild of another shard does not offer them again.
         Ok(stock.map(|stock| ShardStock {
-            stock,
+            stock: stock + expired.unwrap_or(0),
             version: version.unwrap_or(0),
         }))
     }
@@ -106,7 +110,7 @@ impl StockRepair for RedisRepair {
         &self,
         coupon: &StoredCoupon,
         shard: u32,
-        stock: u64,
+        units: ShardUnits,
         seq_base: u64,
         holders: &[(UserId, Vec<Held>)],
         now_ms: i64,
@@ -144,8 +148,11 @@ impl StockRepair for RedisRepair {
                 return Ok(false);
             }
         }
-        let mut fields = meta_fields(def, coupon.version, shard, stock, seq_base, now_ms);
+        let mut fields = meta_fields(def, coupon.version, shard, units.stock, seq_base, now_ms);
         fields.push(("restored_at_ms", now_ms.to_string()));
+        if units.expired > 0 {
+            fields.push(("expired", units.expired.to_string()));
+        }
         match self.redis.write_meta(def, shard, &fields).await?.as_str() {
             "CREATED" => Ok(true),
             "EXISTS" | "CONFLICT" => Ok(false),

@@ -10,11 +10,33 @@ use coupon_domain::error::StoreError;
 use coupon_domain::grab::ports::{Peek, PeekReply};
 use coupon_domain::ids::CouponId;
 use futures::future::join_all;
-use redis::AsyncCommands;
 
 use super::conn::{protocol, unavailable, Redis};
 use super::ledger::rejection;
-use super::scripts::{evalsha, run, STANDING};
+use super::scripts::{evalsha, number, run, AVAILABLE, STANDING};
+
+impl Redis {
+    /// The units `shard` may sell at `now_ms` (lua/available.lua), `None`
+    /// for a shard with no state.
+    pub(super) async fn available(
+        &self,
+        coupon: &CouponId,
+        shard: u32,
+        now_ms: i64,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut cmd = evalsha(&AVAILABLE, 1);
+        cmd.arg(self.keys.shard(coupon, shard).meta()).arg(now_ms);
+        let reply: Vec<String> = run(&mut conn, &AVAILABLE, &cmd).await.map_err(unavailable)?;
+        match reply.first() {
+            None => Ok(None),
+            Some(units) => units
+                .parse()
+                .map(Some)
+                .map_err(|_| protocol("available.lua", "units is not a count")),
+        }
+    }
+}
 
 /// [`Standings`] on Redis.
 #[derive(Clone)]
@@ -45,7 +67,9 @@ impl RedisStandings {
         let held = held.parse().map_err(|_| protocol(WHAT, "held is not a count"))?;
         let shard = match answer.first().map(String::as_str) {
             Some("OPEN") => PeekReply::Open,
-            Some("EMPTY") => PeekReply::Empty,
+            Some("EMPTY") => PeekReply::Empty {
+                next_wave_at_ms: answer.get(1).map(|_| number(WHAT, answer, 1)).transpose()?,
+            },
             _ => PeekReply::Rejected(rejection(WHAT, answer)?),
         };
         Ok(Standing { shard, held })
@@ -58,20 +82,15 @@ impl Standings for RedisStandings {
         join_all(asks.iter().map(|ask| self.standing(ask))).await
     }
 
-    async fn remaining(&self, coupon: &CouponId, shards: u32) -> Result<u64, StoreError> {
-        let reads = (0..shards).map(|shard| {
-            let mut conn = self.redis.conn.clone();
-            let meta = self.redis.keys.shard(coupon, shard).meta();
-            async move {
-                let stock: Option<i64> = conn.hget(meta, "stock").await.map_err(unavailable)?;
-                match stock {
-                    Some(units) => Ok(units.max(0) as u64),
-                    // Lost (its repair is under way): its units are not
-                    // known to be gone, so neither is the coupon's stock.
-                    None => Err(StoreError::Unavailable(
-                        format!("stock shard {shard} has no state").into(),
-                    )),
-                }
+    async fn remaining(&self, coupon: &CouponId, shards: u32, now_ms: i64) -> Result<u64, StoreError> {
+        let reads = (0..shards).map(|shard| async move {
+            match self.redis.available(coupon, shard, now_ms).await? {
+                Some(units) => Ok(units),
+                // Lost (its repair is under way): its units are not known
+                // to be gone, so neither is the coupon's stock.
+                None => Err(StoreError::Unavailable(
+                    format!("stock shard {shard} has no state").into(),
+                )),
             }
         });
         join_all(reads).await.into_iter().sum()

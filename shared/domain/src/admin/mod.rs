@@ -33,7 +33,7 @@ use tracing::{info, instrument, warn};
 use crate::blacklist::{BlacklistFlags, BlacklistRecord};
 use crate::catalog::{create_coupon, CouponRepository, CreateError, Created, StockPreheater};
 use crate::clock::Clock;
-use crate::coupon::{CouponDefinition, CouponStatus, StoredCoupon};
+use crate::coupon::{CouponDefinition, CouponStatus, StoredCoupon, Wave};
 use crate::ids::GrantId;
 use crate::ids::{CouponId, UserId};
 use crate::reconcile::ports::{DurableFacts, StockRepair};
@@ -91,6 +91,30 @@ const CHANGE_ATTEMPTS: usize = 4;
 
 /// Most stock one call may add (the configured maximum bounds the total).
 pub const MAX_STOCK_ADDITION: u64 = 1_000_000_000;
+
+/// Without rollover, stock added this close before a wave joins that wave:
+/// joined to the wave out, it would expire when the next is released, and
+/// the change reaches the shards a few milliseconds after it is committed
+/// (or, if Redis does not answer, at the reconciler's next pass).
+pub const ADD_STOCK_WAVE_LEAD_MS: i64 = 10_000;
+
+/// Which wave (index into `def.waves`) stock added at `now_ms` joins: the
+/// wave out now (the first, before any is), so it sells at once, as without
+/// waves, while the waves to come keep exactly theirs; without rollover,
+/// the next wave if it is less than [`ADD_STOCK_WAVE_LEAD_MS`] away.
+/// `None` without waves.
+pub fn wave_for_added_stock(def: &CouponDefinition, now_ms: i64) -> Option<usize> {
+    if def.waves.is_empty() {
+        return None;
+    }
+    let out = def.waves.iter().rposition(|w| w.at_ms <= now_ms);
+    let next = out.map_or(0, |i| i + 1);
+    match (out, def.waves.get(next)) {
+        (None, _) => Some(0),
+        (Some(_), Some(wave)) if !def.rollover && wave.at_ms - now_ms < ADD_STOCK_WAVE_LEAD_MS => Some(next),
+        (Some(i), _) => Some(i),
+    }
+}
 
 /// Most audit entries one answer carries.
 pub const MAX_AUDIT_PAGE: usize = 1_000;
@@ -218,10 +242,62 @@ impl AdminService {
                 problem: format!("must be between 1 and {MAX_STOCK_ADDITION}"),
             });
         }
+        let now_ms = self.ports.clock.now_ms();
         self.change(ctx, coupon, AdminAction::AddStock, |def| {
             let before = def.total_stock;
             def.total_stock = before.saturating_add(add);
+            if let Some(wave) = wave_for_added_stock(def, now_ms).and_then(|i| def.waves.get_mut(i)) {
+                wave.units = wave.units.saturating_add(add);
+            }
             Ok((add, json!({"before": before, "after": def.total_stock, "added": add})))
+        })
+        .await
+    }
+
+    /// Adds a release wave of `units` at `at_ms` to a live coupon: the
+    /// stock grows by them, held back until that instant on every shard.
+    /// A coupon without waves gets its stock so far as a first wave at its
+    /// window's start. Send an idempotency key: without one, a retry after
+    /// a lost answer adds the wave's units again.
+    pub async fn add_wave(&self, ctx: &AdminContext, coupon: &CouponId, wave: Wave) -> Result<CouponView, AdminError> {
+        if wave.units == 0 || wave.units > MAX_STOCK_ADDITION {
+            return Err(AdminError::Invalid {
+                field: "units",
+                problem: format!("must be between 1 and {MAX_STOCK_ADDITION}"),
+            });
+        }
+        let now_ms = self.ports.clock.now_ms();
+        if wave.at_ms <= now_ms {
+            return Err(AdminError::Invalid {
+                field: "atMs",
+                problem: "a wave added while the sale runs must be in the future".into(),
+            });
+        }
+        self.change(ctx, coupon, AdminAction::AddWave, |def| {
+            if def.waves.is_empty() {
+                def.waves.push(Wave {
+                    at_ms: def.grab_start_ms,
+                    units: def.total_stock,
+                });
+            }
+            // The same wave already there: a retry whose answer was lost
+            // (with its key or without), which changes nothing more.
+            if def.waves.contains(&wave) {
+                return Ok((0, json!({"atMs": wave.at_ms, "units": wave.units, "already": true})));
+            }
+            if def.waves.iter().any(|w| w.at_ms == wave.at_ms) {
+                return Err(AdminError::Invalid {
+                    field: "atMs",
+                    problem: "a wave is already released at this instant".into(),
+                });
+            }
+            def.waves.push(wave);
+            def.waves.sort_by_key(|w| w.at_ms);
+            def.total_stock = def.total_stock.saturating_add(wave.units);
+            Ok((
+                wave.units,
+                json!({"atMs": wave.at_ms, "units": wave.units, "totalStock": def.total_stock}),
+            ))
         })
         .await
     }

@@ -119,6 +119,9 @@ pub enum OfferState {
     SoldOut,
     /// The window has not opened (`startsAtMs`).
     NotStarted,
+    /// In the window, nothing released is left, and a wave is still to
+    /// come (`nextWaveAtMs`).
+    BetweenWaves,
     /// The caller's member level is below the coupon's minimum.
     NotEligible,
     /// The window closed since the listing was read.
@@ -150,6 +153,9 @@ pub struct Offer {
     /// For [`OfferState::NotStarted`]: when the window opens.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub starts_at_ms: Option<i64>,
+    /// For [`OfferState::BetweenWaves`]: when the next wave is released.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_wave_at_ms: Option<i64>,
     /// Claims of this coupon the caller holds; `None` when not read (not
     /// started, not eligible, or the shard did not answer).
     pub held: Option<u32>,
@@ -228,6 +234,8 @@ struct Listed {
     def: CouponDefinition,
     /// `None` if its shards could not be read.
     remaining: Option<u64>,
+    /// When `remaining` was read: a release wave since makes it stale.
+    read_at_ms: i64,
 }
 
 #[derive(Debug)]
@@ -349,21 +357,25 @@ impl CouponCenter {
         defs.sort_by(|a, b| (a.grab_start_ms, &a.coupon_id).cmp(&(b.grab_start_ms, &b.coupon_id)));
         let mut coupons = Vec::with_capacity(defs.len());
         for def in defs {
-            let remaining = match self.standings.remaining(&def.coupon_id, def.shards).await {
+            let remaining = match self.standings.remaining(&def.coupon_id, def.shards, now_ms).await {
                 Ok(units) => Some(units),
                 Err(e) => {
                     warn!(coupon = %def.coupon_id, error = %e, "stock unread; level UNKNOWN");
                     None
                 }
             };
-            coupons.push(Listed { def, remaining });
+            coupons.push(Listed {
+                def,
+                remaining,
+                read_at_ms: now_ms,
+            });
         }
         Ok(coupons)
     }
 }
 
-/// The state the definition alone gives: the window and the level, in the
-/// order a press hears them.
+/// The state the definition alone gives: the window, the level and the
+/// first wave, in the order a press hears them.
 fn from_definition(def: &CouponDefinition, level: u32, now_ms: i64) -> OfferState {
     if now_ms < def.grab_start_ms {
         OfferState::NotStarted
@@ -371,6 +383,8 @@ fn from_definition(def: &CouponDefinition, level: u32, now_ms: i64) -> OfferStat
         OfferState::Ended
     } else if level < def.min_member_level {
         OfferState::NotEligible
+    } else if def.released_by(now_ms) == 0 {
+        OfferState::BetweenWaves
     } else {
         OfferState::CanGrab
     }
@@ -381,12 +395,35 @@ fn from_definition(def: &CouponDefinition, level: u32, now_ms: i64) -> OfferStat
 /// `None` for a coupon the shard says is offline.
 fn offer(listed: &Listed, standing: Option<Standing>, level: u32, now_ms: i64, few_percent: u32) -> Option<Offer> {
     let def = &listed.def;
-    let mut stock = match listed.remaining {
-        Some(units) => StockLevel::of(units, def.total_stock, few_percent),
+    // A wave released since the copy was read: the cached count says
+    // nothing of what it added.
+    let crossed = def
+        .waves
+        .iter()
+        .any(|w| w.at_ms > listed.read_at_ms && w.at_ms <= now_ms);
+    let remaining = if crossed { None } else { listed.remaining };
+    let mut stock = match remaining {
+        // Against what the waves have released so far: a first wave of a
+        // few units is not FEW because later ones are big.
+        Some(units) => StockLevel::of(units, def.released_by(now_ms), few_percent),
         None => StockLevel::Unknown,
     };
     let mut held = None;
     let mut open = false;
+    // The next wave's instant as the caller's shard has it (a wave added
+    // since the cached copy was read); the definition's otherwise.
+    let shard_next = match &standing {
+        Some(Standing {
+            shard: PeekReply::Rejected(Rejection::BetweenWaves { next_wave_at_ms }),
+            ..
+        }) => Some(*next_wave_at_ms),
+        Some(Standing {
+            shard: PeekReply::Empty { next_wave_at_ms },
+            ..
+        }) => *next_wave_at_ms,
+        _ => None,
+    };
+    let next_wave = shard_next.or_else(|| def.next_wave_after(now_ms));
     let state = match standing {
         None => from_definition(def, level, now_ms),
         Some(Standing { shard, held: count }) => {
@@ -403,6 +440,9 @@ fn offer(listed: &Listed, standing: Option<Standing>, level: u32, now_ms: i64, f
                 }
                 PeekReply::Rejected(Rejection::NotStarted { .. }) => OfferState::NotStarted,
                 PeekReply::Rejected(Rejection::Ended) => OfferState::Ended,
+                PeekReply::Rejected(Rejection::BetweenWaves { .. }) if count < def.per_user_limit => {
+                    OfferState::BetweenWaves
+                }
                 PeekReply::Rejected(Rejection::NotEligible { .. }) => OfferState::NotEligible,
                 _ if count >= def.per_user_limit => OfferState::Claimed,
                 PeekReply::Rejected(Rejection::AlreadyClaimed) => OfferState::Claimed,
@@ -419,7 +459,10 @@ fn offer(listed: &Listed, standing: Option<Standing>, level: u32, now_ms: i64, f
     // NONE, and a coupon whose shards held nothing at the last read is
     // SOLD_OUT unless the caller's own shard has a unit now.
     let state = match (state, stock) {
-        (OfferState::CanGrab, StockLevel::None) if !open => OfferState::SoldOut,
+        (OfferState::CanGrab, StockLevel::None) if !open => match next_wave {
+            Some(_) => OfferState::BetweenWaves,
+            None => OfferState::SoldOut,
+        },
         (state, _) => state,
     };
     stock = match (state, stock) {
@@ -438,6 +481,7 @@ fn offer(listed: &Listed, standing: Option<Standing>, level: u32, now_ms: i64, f
         min_member_level: def.min_member_level,
         state,
         starts_at_ms: (state == OfferState::NotStarted).then_some(def.grab_start_ms),
+        next_wave_at_ms: next_wave.filter(|_| state == OfferState::BetweenWaves),
         held,
         limit: def.per_user_limit,
         stock,

@@ -41,8 +41,9 @@ pub trait Standings: Send + Sync {
     /// coupons). The adapter may send them together; each is one read on
     /// one shard.
     async fn standings(&self, asks: &[Peek<'_>]) -> Vec<Result<Standing, StoreError>>;
-    /// The units a coupon's shards hold now, summed; an error if any shard
+    /// The units a coupon's shards may sell at `now_ms` (released by its
+    /// waves), summed; an error if any shard
     /// has no state (lost, its repair under way), since its units are then
     /// not known to be gone.
-    async fn remaining(&self, coupon: &CouponId, shards: u32) -> Result<u64, StoreError>;
+    async fn remaining(&self, coupon: &CouponId, shards: u32, now_ms: i64) -> Result<u64, StoreError>;
 }

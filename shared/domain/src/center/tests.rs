@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::clock::ManualClock;
-use crate::coupon::CouponStatus;
+use crate::coupon::{CouponStatus, Wave};
 use crate::outcome::RiskReason;
 use crate::testing::{MemoryLiveCoupons, ScriptedStandings};
 
@@ -25,6 +25,8 @@ fn def(id: &str, start: i64) -> CouponDefinition {
         rate_per_sec: 0,
         burst: 0,
         status: CouponStatus::Online,
+        waves: Vec::new(),
+        rollover: true,
     }
 }
 
@@ -156,7 +158,7 @@ async fn each_answer_of_the_home_shard_draws_its_button() {
     let cases = [
         (PeekReply::Open, 0, OfferState::CanGrab),
         (PeekReply::Open, 1, OfferState::CanGrab),
-        (PeekReply::Empty, 0, OfferState::CanGrab),
+        (PeekReply::Empty { next_wave_at_ms: None }, 0, OfferState::CanGrab),
         (PeekReply::Rejected(Rejection::AlreadyClaimed), 2, OfferState::Claimed),
         (PeekReply::Rejected(Rejection::SoldOut), 0, OfferState::SoldOut),
         (PeekReply::Rejected(Rejection::Ended), 0, OfferState::Ended),
@@ -199,7 +201,7 @@ async fn a_holder_at_the_limit_sees_claimed_even_once_the_coupon_sold_out() {
 #[tokio::test]
 async fn an_empty_home_shard_reads_sold_out_only_when_no_shard_had_stock() {
     let w = world(vec![def("c1", NOW - 10)]);
-    answer(&w, "c1", PeekReply::Empty, 0);
+    answer(&w, "c1", PeekReply::Empty { next_wave_at_ms: None }, 0);
     w.shards
         .remaining
         .lock()
@@ -315,7 +317,7 @@ fn a_cursor_is_only_what_a_page_handed_out() {
 #[tokio::test]
 async fn an_empty_home_shard_with_the_stock_unread_is_never_shown_sold_out() {
     let w = world(vec![def("c1", NOW - 10)]);
-    answer(&w, "c1", PeekReply::Empty, 0);
+    answer(&w, "c1", PeekReply::Empty { next_wave_at_ms: None }, 0);
     w.shards
         .remaining
         .lock()
@@ -323,4 +325,43 @@ async fn an_empty_home_shard_with_the_stock_unread_is_never_shown_sold_out() {
         .remove(&CouponId::parse("c1").unwrap());
     let offer = only(&w, &query("u1")).await;
     assert_eq!((offer.state, offer.stock), (OfferState::CanGrab, StockLevel::Unknown));
+}
+
+#[tokio::test]
+async fn a_small_first_wave_reads_against_what_is_released_and_the_shard_names_the_next_wave() {
+    let mut d = def("c1", NOW - 10);
+    d.waves = vec![
+        Wave {
+            at_ms: NOW - 10,
+            units: 8,
+        },
+        Wave {
+            at_ms: NOW + 60_000,
+            units: 92,
+        },
+    ];
+    let w = world(vec![d]);
+    // 8 of the 8 released are left: PLENTY, though 8 of 100 is under 10 %.
+    w.shards
+        .remaining
+        .lock()
+        .unwrap()
+        .insert(CouponId::parse("c1").unwrap(), 8);
+    assert_eq!(only(&w, &query("u1")).await.stock, StockLevel::Plenty);
+
+    // A wave added since the copy was read: the caller's shard knows it.
+    w.clock.advance(3_000);
+    answer(
+        &w,
+        "c1",
+        PeekReply::Rejected(Rejection::BetweenWaves {
+            next_wave_at_ms: NOW + 30_000,
+        }),
+        0,
+    );
+    let offer = only(&w, &query("u2")).await;
+    assert_eq!(
+        (offer.state, offer.next_wave_at_ms),
+        (OfferState::BetweenWaves, Some(NOW + 30_000))
+    );
 }

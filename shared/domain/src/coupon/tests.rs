@@ -16,6 +16,8 @@ pub(crate) fn sample() -> CouponDefinition {
         rate_per_sec: 0,
         burst: 0,
         status: CouponStatus::Online,
+        waves: Vec::new(),
+        rollover: true,
     }
 }
 
@@ -142,4 +144,99 @@ fn the_fingerprint_changes_with_the_definition() {
     assert_eq!(a.fingerprint(), b.fingerprint());
     b.total_stock += 1;
     assert_ne!(a.fingerprint(), b.fingerprint());
+}
+
+fn waved() -> CouponDefinition {
+    let mut def = sample();
+    def.total_stock = 10;
+    def.waves = vec![
+        Wave { at_ms: 1_000, units: 3 },
+        Wave { at_ms: 1_300, units: 3 },
+        Wave { at_ms: 1_600, units: 4 },
+    ];
+    def
+}
+
+#[test]
+fn a_definition_without_waves_is_stored_as_before_waves_existed() {
+    let json = serde_json::to_string(&sample()).unwrap();
+    assert!(!json.contains("waves") && !json.contains("rollover"), "{json}");
+    let back: CouponDefinition = serde_json::from_str(&json).unwrap();
+    assert_eq!((back.waves.len(), back.rollover), (0, true));
+}
+
+/// A way to break a waved definition, named.
+type Breakage = (&'static str, Box<dyn Fn(&mut CouponDefinition)>);
+
+#[test]
+fn waves_must_sum_to_the_stock_in_time_order_inside_the_window() {
+    assert!(waved().validate(1_000).is_ok());
+    let broken: Vec<Breakage> = vec![
+        ("units", Box::new(|d| d.waves[2].units = 3)),
+        ("zero", Box::new(|d| d.waves[1].units = 0)),
+        ("order", Box::new(|d| d.waves[1].at_ms = 1_000)),
+        ("before", Box::new(|d| d.waves[0].at_ms = 999)),
+        ("after", Box::new(|d| d.waves[2].at_ms = 2_000)),
+        (
+            "rollover alone",
+            Box::new(|d| {
+                d.waves.clear();
+                d.rollover = false;
+            }),
+        ),
+    ];
+    for (what, breaks) in broken {
+        let mut def = waved();
+        breaks(&mut def);
+        let field = field_of(&def);
+        assert!(field == "waves" || field == "rollover", "{what}: {field}");
+    }
+    let mut many = waved();
+    many.total_stock = 49;
+    many.grab_end_ms = 5_000;
+    many.waves = (0..49)
+        .map(|i| Wave {
+            at_ms: 1_000 + i,
+            units: 1,
+        })
+        .collect();
+    assert_eq!(field_of(&many), "waves");
+}
+
+#[test]
+fn a_new_coupon_cannot_have_a_wave_in_the_past() {
+    assert!(waved().validate_new(1_000, 1_000).is_ok());
+    assert_eq!(waved().validate_new(1_000, 1_001).unwrap_err().field, "waves");
+}
+
+#[test]
+fn each_shard_s_schedule_ends_at_its_share_and_the_shards_sum_to_each_release() {
+    let def = waved();
+    let shards: Vec<Vec<(i64, u64)>> = (0..def.shards).map(|i| def.shard_waves(i)).collect();
+    for (i, schedule) in shards.iter().enumerate() {
+        assert_eq!(schedule.last().unwrap().1, def.shard_stock(i as u32));
+        assert!(schedule.windows(2).all(|w| w[0].1 <= w[1].1), "{schedule:?}");
+    }
+    for (k, wave) in def.waves.iter().enumerate() {
+        let sum: u64 = shards.iter().map(|s| s[k].1).sum();
+        assert_eq!(sum, def.released_by(wave.at_ms));
+    }
+    assert_eq!(def.released_by(999), 0);
+    assert_eq!(def.released_by(1_299), 3);
+    assert_eq!(def.next_wave_after(1_300), Some(1_600));
+    assert_eq!(def.next_wave_after(1_600), None);
+    assert_eq!(sample().released_by(0), sample().total_stock);
+}
+
+#[test]
+fn the_wave_out_on_a_shard_is_its_share_of_the_last_release_and_none_before_the_first() {
+    let def = waved();
+    assert_eq!(def.shard_wave_out(0, 999), None);
+    for at in [1_000, 1_300, 1_600] {
+        let sum: u64 = (0..def.shards).map(|i| def.shard_wave_out(i, at + 1).unwrap().1).sum();
+        let wave = def.waves.iter().find(|w| w.at_ms == at).unwrap();
+        assert_eq!(sum, wave.units, "the shards' shares add up to wave {at}");
+        assert!((0..def.shards).all(|i| def.shard_wave_out(i, at + 1).unwrap().0 == at));
+    }
+    assert_eq!(sample().shard_wave_out(0, 0), None, "no waves");
 }

@@ -70,9 +70,13 @@ impl GrabService {
             level: ask.level,
             now_ms,
         };
+        let mut next_wave = None;
         let open = match self.ledger.peek(&peek).await? {
             PeekReply::Open => true,
-            PeekReply::Empty => false,
+            PeekReply::Empty { next_wave_at_ms } => {
+                next_wave = next_wave_at_ms;
+                false
+            }
             PeekReply::Rejected(Rejection::NotFound) => {
                 // The shard count is known, so the shard's state is gone.
                 self.state_lost(&ask.coupon, now_ms).await;
@@ -92,10 +96,13 @@ impl GrabService {
         }
         for offset in 1..shards {
             let donor = (home + offset) % shards;
-            if self.ledger.shard_stock(&ask.coupon, donor).await? > 0 {
+            if self.ledger.shard_stock(&ask.coupon, donor, now_ms).await? > 0 {
                 return Ok(Eligibility::WouldWin);
             }
         }
-        Ok(Eligibility::Refused(Rejection::SoldOut))
+        Ok(Eligibility::Refused(match next_wave {
+            Some(next_wave_at_ms) => Rejection::BetweenWaves { next_wave_at_ms },
+            None => Rejection::SoldOut,
+        }))
     }
 }

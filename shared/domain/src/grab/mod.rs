@@ -339,7 +339,9 @@ fn rejected(reason: Rejection, replayed: bool) -> GrabOutcome {
 fn rejection_metric(reason: &Rejection) -> &'static str {
     match reason {
         Rejection::NotFound => "NOT_FOUND",
-        Rejection::Offline | Rejection::NotStarted { .. } | Rejection::Ended => "NOT_ACTIVE",
+        Rejection::Offline | Rejection::NotStarted { .. } | Rejection::Ended | Rejection::BetweenWaves { .. } => {
+            "NOT_ACTIVE"
+        }
         Rejection::NotEligible { .. } => "NOT_ELIGIBLE",
         Rejection::AlreadyClaimed => "ALREADY_CLAIMED",
         Rejection::SoldOut => "SOLD_OUT",

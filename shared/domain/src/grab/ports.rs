@@ -137,9 +137,13 @@ pub struct Peek<'a> {
 pub enum PeekReply {
     /// Nothing on the shard refuses the press and it has stock.
     Open,
-    /// Nothing refuses the press, but the shard is empty while others may
-    /// not be: a press would borrow.
-    Empty,
+    /// Nothing refuses the press, but the shard has nothing released left
+    /// while others may: a press would borrow.
+    Empty {
+        /// The next release wave's instant, if one is to come: what the
+        /// press hears if the others have nothing either.
+        next_wave_at_ms: Option<i64>,
+    },
     /// What the press's admission would refuse it with.
     Rejected(Rejection),
 }
@@ -160,9 +164,10 @@ pub trait StockLedger: Send + Sync {
     /// checks (lua/lib.lua, `refusal`), with the rate limit only looked
     /// at; changes nothing.
     async fn peek(&self, peek: &Peek<'_>) -> Result<PeekReply, StoreError>;
-    /// The units `shard` holds now (0 for a shard with no state), read
-    /// only: whether a dry run's borrow would find one there.
-    async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<u64, StoreError>;
+    /// The units `shard` may sell at `now_ms` (its stock less what later
+    /// release waves hold back; 0 for a shard with no state), read only:
+    /// whether a dry run's borrow would find one there.
+    async fn shard_stock(&self, coupon: &CouponId, shard: u32, now_ms: i64) -> Result<u64, StoreError>;
     /// Reads the stored outcome of a request id without changing anything.
     async fn recorded(&self, claim: &Claim<'_>) -> Result<Option<Recorded>, StoreError>;
     /// True once the configured number of replicas hold every write made so

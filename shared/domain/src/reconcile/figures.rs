@@ -2,6 +2,7 @@
 //! stock equation and its causes, what a rebuild may restore, and how that
 //! is split over the lost shards.
 
+use super::ports::ShardUnits;
 use super::report::CouponReport;
 
 /// Completes `r.drift` and `r.causes` from the other terms:
@@ -39,6 +40,38 @@ pub fn restorable(total: u64, held: i64, r: &CouponReport) -> u64 {
     total.saturating_sub(accounted)
 }
 
+/// `units` over lost shards that hold back `held` units each for waves to
+/// come: each first gets what it holds back (so no later wave sells early
+/// from a rebuilt shard), the rest split evenly. Without waves (`held` all
+/// 0) it is [`split`].
+pub fn split_holding_back(units: u64, held: &[u64]) -> Vec<u64> {
+    let mut left = units;
+    let mut shares: Vec<u64> = held
+        .iter()
+        .map(|&h| {
+            let take = h.min(left);
+            left -= take;
+            take
+        })
+        .collect();
+    for (share, extra) in shares.iter_mut().zip(split(left, held.len())) {
+        *share += extra;
+    }
+    shares
+}
+
+/// A lost shard's `share` of a rebuild as stock and units written off:
+/// without rollover (`wave_left`, what the wave out now has left on it) it
+/// keeps what it holds back for later waves and that; the rest belongs to
+/// waves gone by, and is counted as expired. With rollover, all stock.
+pub fn without_rollover(share: u64, held_back: u64, wave_left: Option<u64>) -> ShardUnits {
+    let stock = wave_left.map_or(share, |left| share.min(held_back.saturating_add(left)));
+    ShardUnits {
+        stock,
+        expired: share - stock,
+    }
+}
+
 /// `units` split over `shards` as evenly as possible, the remainder going to
 /// the first ones; the parts always add up to `units`.
 pub fn split(units: u64, shards: usize) -> Vec<u64> {
@@ -60,6 +93,27 @@ mod tests {
             rejected,
             ..CouponReport::default()
         }
+    }
+
+    #[test]
+    fn a_rebuild_gives_each_lost_shard_what_its_waves_hold_back_before_the_rest() {
+        assert_eq!(split_holding_back(2, &[0, 0, 1, 1]), vec![0, 0, 1, 1]);
+        assert_eq!(split_holding_back(5, &[0, 2, 0]), vec![1, 3, 1]);
+        assert_eq!(split_holding_back(1, &[1, 1]), vec![1, 0]);
+        assert_eq!(split_holding_back(4, &[0, 0]), split(4, 2));
+        assert_eq!(split_holding_back(7, &[2, 0, 1]).iter().sum::<u64>(), 7);
+    }
+
+    #[test]
+    fn without_rollover_a_rebuilt_shard_keeps_what_it_holds_back_and_what_its_wave_has_left() {
+        let units = |s: u64, h: u64, l: Option<u64>| {
+            let u = without_rollover(s, h, l);
+            (u.stock, u.expired)
+        };
+        assert_eq!(units(5, 0, None), (5, 0));
+        assert_eq!(units(5, 0, Some(2)), (2, 3));
+        assert_eq!(units(7, 4, Some(2)), (6, 1));
+        assert_eq!(units(3, 4, Some(2)), (3, 0), "never more than its share");
     }
 
     #[test]

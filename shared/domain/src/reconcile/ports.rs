@@ -12,6 +12,16 @@ use crate::grant::Grant;
 use crate::ids::{CouponId, GrantId, RequestId, UserId};
 use crate::user_coupon::{Held, Holdings, RejectReason};
 
+/// The units a rebuilt shard gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardUnits {
+    /// Stock it may sell (what its waves hold back included).
+    pub stock: u64,
+    /// Units of waves gone by without rollover, counted as written off so
+    /// the stock equation still adds up.
+    pub expired: u64,
+}
+
 /// One outbox entry: a grant and its stream sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxEntry {
@@ -107,7 +117,9 @@ pub enum Verification {
 /// never offered). Read together, such a pass sees the mismatch and waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShardStock {
-    /// Units the shard can still sell.
+    /// Units the shard holds that no grant took: what it can still sell
+    /// (its later waves' included) and what earlier waves left to expire
+    /// (rollover off).
     pub stock: i64,
     /// The definition version its stock share was computed from (0 before
     /// any change).
@@ -128,13 +140,13 @@ pub trait StockRepair: Send + Sync {
     /// request that won a coupon the holders hold (`holders`, the users
     /// homed on this shard) first, then its definition (at its stored
     /// version, so an older change can never be applied over it) and
-    /// `stock`, which reopens it. Never touches a shard that has state.
+    /// its [`ShardUnits`], which reopen it. Never touches a shard that has state.
     /// `Ok(false)` if the shard had state (another run rebuilt it).
     async fn restore_shard(
         &self,
         coupon: &StoredCoupon,
         shard: u32,
-        stock: u64,
+        units: ShardUnits,
         seq_base: u64,
         holders: &[(UserId, Vec<Held>)],
         now_ms: i64,

@@ -282,7 +282,13 @@ impl Reconciler {
         // coupon seconds later).
         let now_seq = now.max(self.ports.clock.now_ms()).max(0) as u64;
         let mut restored = 0;
-        for (&shard, share) in missing.iter().zip(figures::split(restorable, missing.len())) {
+        let held: Vec<u64> = missing.iter().map(|&s| def.shard_held_back(s, now)).collect();
+        for ((&shard, share), &held_back) in missing
+            .iter()
+            .zip(figures::split_holding_back(restorable, &held))
+            .zip(&held)
+        {
+            let units = figures::without_rollover(share, held_back, wave_left(def, shard, holdings, now));
             let holders: Vec<(UserId, Vec<Held>)> = holdings
                 .iter()
                 .filter(|(user, _)| home_shard(user, def.shards) == shard)
@@ -299,7 +305,7 @@ impl Reconciler {
             if self
                 .ports
                 .repair
-                .restore_shard(latest, shard, share, seq_base, &holders, now)
+                .restore_shard(latest, shard, units, seq_base, &holders, now)
                 .await?
             {
                 r.shards_rebuilt += 1;
@@ -308,4 +314,25 @@ impl Reconciler {
         }
         Ok(restored)
     }
+}
+
+/// Without rollover, what the wave out now has left on lost shard `shard`:
+/// its share less what that shard minted since the wave's instant (the
+/// issued grants carry where and when; the queue has drained before a
+/// rebuild). `None` with rollover, or before the first wave: the shard may
+/// sell all that is not held back. What earlier waves left was written off
+/// in the state the loss took; the rebuild writes it off again, or the wave
+/// would sell past its share.
+fn wave_left(def: &CouponDefinition, shard: u32, holdings: &Holdings, now: i64) -> Option<u64> {
+    if def.rollover {
+        return None;
+    }
+    let (at, share) = def.shard_wave_out(shard, now)?;
+    let sold = holdings
+        .values()
+        .flatten()
+        .filter_map(|h| h.outcome.as_ref())
+        .filter(|(_, record)| record.grant_id.shard() == shard && record.granted_at_ms >= at)
+        .count() as u64;
+    Some(share.saturating_sub(sold))
 }

@@ -70,7 +70,7 @@ impl Standings for ScriptedStandings {
             .collect()
     }
 
-    async fn remaining(&self, coupon: &CouponId, _shards: u32) -> Result<u64, StoreError> {
+    async fn remaining(&self, coupon: &CouponId, _shards: u32, _now_ms: i64) -> Result<u64, StoreError> {
         self.stock_reads.fetch_add(1, Ordering::Relaxed);
         self.remaining
             .lock()

@@ -96,7 +96,7 @@ impl StockLedger for ScriptedLedger {
         }
         Ok(self.peek.clone().unwrap_or(PeekReply::Open))
     }
-    async fn shard_stock(&self, _: &CouponId, shard: u32) -> Result<u64, StoreError> {
+    async fn shard_stock(&self, _: &CouponId, shard: u32, _now_ms: i64) -> Result<u64, StoreError> {
         self.log(format!("stock:{shard}"));
         Ok(self.stocks.get(&shard).copied().unwrap_or(0))
     }

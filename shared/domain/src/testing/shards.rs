@@ -12,7 +12,7 @@ use crate::error::StoreError;
 use crate::grant::{Grant, GrantRecord};
 use crate::ids::{CouponId, RequestId, UserId};
 use crate::live::{LiveSettings, ShardApply};
-use crate::reconcile::ports::{OutboxEntry, ShardStock, StockRepair, Verification};
+use crate::reconcile::ports::{OutboxEntry, ShardStock, ShardUnits, StockRepair, Verification};
 use crate::user_coupon::Held;
 
 /// One shard's state.
@@ -20,6 +20,9 @@ use crate::user_coupon::Held;
 pub struct ShardState {
     /// Remaining stock.
     pub stock: i64,
+    /// Units written off by waves gone by without rollover; the reconciler
+    /// reads them with the stock, as the Redis adapter reports them.
+    pub expired: i64,
     /// The definition version applied.
     pub version: u64,
     /// The status applied.
@@ -91,7 +94,7 @@ impl MemoryShards {
 impl StockRepair for MemoryShards {
     async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<ShardStock>, StoreError> {
         Ok(self.state(coupon, shard).map(|s| ShardStock {
-            stock: s.stock,
+            stock: s.stock + s.expired,
             version: s.version,
         }))
     }
@@ -112,7 +115,7 @@ impl StockRepair for MemoryShards {
         &self,
         coupon: &StoredCoupon,
         shard: u32,
-        stock: u64,
+        units: ShardUnits,
         seq_base: u64,
         holders: &[(UserId, Vec<Held>)],
         _now_ms: i64,
@@ -125,7 +128,8 @@ impl StockRepair for MemoryShards {
         shards.insert(
             key,
             ShardState {
-                stock: stock as i64,
+                stock: units.stock as i64,
+                expired: units.expired as i64,
                 users: holders.iter().map(|(u, held)| (u.clone(), held.len() as u32)).collect(),
                 outcomes: holders
                     .iter()

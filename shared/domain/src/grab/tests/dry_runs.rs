@@ -92,7 +92,7 @@ async fn an_empty_home_shard_would_borrow_while_another_shard_has_stock() {
     let w = world(
         ScriptedLedger {
             shards: 4,
-            peek: Some(PeekReply::Empty),
+            peek: Some(PeekReply::Empty { next_wave_at_ms: None }),
             stocks: HashMap::from([(2, 1)]),
             ..Default::default()
         },
@@ -118,7 +118,7 @@ async fn every_shard_empty_is_sold_out() {
     let w = world(
         ScriptedLedger {
             shards: 3,
-            peek: Some(PeekReply::Empty),
+            peek: Some(PeekReply::Empty { next_wave_at_ms: None }),
             ..Default::default()
         },
         FakeRisk::allowing(),

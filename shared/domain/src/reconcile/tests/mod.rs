@@ -91,6 +91,8 @@ fn coupon(total: u64, shards: u32) -> CouponDefinition {
         rate_per_sec: 0,
         burst: 0,
         status: CouponStatus::Online,
+        waves: Vec::new(),
+        rollover: true,
     }
 }
 
