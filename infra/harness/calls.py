@@ -93,3 +93,16 @@ def admin_get(path):
         return json.loads(c.getresponse().read() or b"{}")
     except (OSError, http.client.HTTPException, json.JSONDecodeError):
         return {}
+
+
+def wallet_call(method, path, user):
+    """A user's call of the wallet (locally the explicit local identity,
+    `X-User-Id`)."""
+    for _ in range(3):
+        try:
+            c = CLIENT.conn()
+            c.request(method, f"/lambda-url/wallet{path}", headers={"x-user-id": user})
+            return json.loads(c.getresponse().read() or b"{}")
+        except (OSError, http.client.HTTPException, json.JSONDecodeError):
+            CLIENT.c = http.client.HTTPConnection(HOST, PORT, timeout=30)
+    return {"code": "TRANSPORT_ERROR"}

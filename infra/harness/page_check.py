@@ -1,7 +1,7 @@
 """The try-it page (infra/page/, served by infra/local/page.py) driven in
 headless Chromium with real clicks against served functions: a user opens
-the coupon center, sees one coupon to grab and one counting down, presses
-grab, watches the grant become a coupon in the wallet, and sees the
+the coupon center, sees one coupon to grab and one counting down, asks to
+be reminded of the one counting down, presses grab, watches the grant become a coupon in the wallet, and sees the
 counting-down coupon open when its window does.
 
 Run by the contract test (`make test-contract`), which serves every
@@ -74,6 +74,12 @@ def run(lambda_base, deliver):
             b.wait_for(f"({row(soon_id, 'when')} || '').startsWith('starts in')", "a countdown")
             assert b.eval(f"document.querySelector('#center tr[data-coupon=\"{soon_id}\"] .grab').disabled"), \
                 "the grab button of a coupon not started is disabled"
+
+            step("remind me on the coupon counting down")
+            b.click(f"#center tr[data-coupon=\"{soon_id}\"] .remind")
+            b.wait_for(f"({row(soon_id, 'said')} || '').startsWith('reminder set')", "the reminder set")
+            assert b.eval(f"document.querySelector('#center tr[data-coupon=\"{open_id}\"] .remind').disabled"), \
+                "no reminder for a coupon on sale with no wave to come"
 
             step("a press wins and the button turns CLAIMED")
             b.click(f"#center tr[data-coupon=\"{open_id}\"] .grab")

@@ -79,6 +79,12 @@ function render() {
     button.disabled = o.state !== "CAN_GRAB";
     button.addEventListener("click", () => grab(o.couponId));
     act.appendChild(button);
+    const remind = document.createElement("button");
+    remind.textContent = "Remind me";
+    remind.className = "remind";
+    remind.disabled = opensAt(o) === null;
+    remind.addEventListener("click", () => remindMe(o.couponId));
+    act.appendChild(remind);
     tr.appendChild(act);
     const said = document.createElement("td");
     said.className = "said";
@@ -125,6 +131,17 @@ async function grab(coupon) {
   pressed.set(coupon, code === "SUCCESS" ? "won, grant " + grant + " on its way" : code);
   await loadCenter();
   if (grant) waitForCoupon(coupon, grant);
+}
+
+// "Remind me": the wallet stores it; the reconciler's schedule (locally:
+// make pump) sends CouponSaleStarting to the event bus at the lead.
+async function remindMe(coupon) {
+  const res = await api("PUT", "/wallet/me/reminders/" + encodeURIComponent(coupon));
+  const at = res.body.data && res.body.data.remindAtMs;
+  pressed.set(coupon, res.body.code === "SUCCESS"
+    ? "reminder set, sent at " + new Date(Math.max(at, Date.now())).toLocaleTimeString()
+    : (res.body.code || String(res.status)));
+  render();
 }
 
 // The issuer makes the grant a coupon (locally: make pump); watch the

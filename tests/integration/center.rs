@@ -14,19 +14,11 @@ use coupon_domain::coupon::{CouponDefinition, CouponStatus};
 use coupon_domain::ids::CouponId;
 use serde_json::Value;
 
-use crate::support::{homed_on, unique, Event, Harness, Options, Resp, HOUR, T0};
+use crate::support::{homed_on, Event, Harness, Options, Resp, HOUR};
 
 const DAY: i64 = 24 * HOUR;
 
 impl Harness {
-    /// Moves the clock to an instant no other test uses, and answers it.
-    fn own_epoch(&self) -> i64 {
-        let n = coupon_domain::hash::fnv1a64(unique("epoch").as_bytes()) % 40_000;
-        let now = T0 + (100 + n as i64) * DAY;
-        self.clock.set(now);
-        now
-    }
-
     /// A coupon whose window is open at the clock's instant.
     fn live_coupon(&self, stock: u64) -> CouponDefinition {
         let now = coupon_domain::clock::Clock::now_ms(&self.clock);

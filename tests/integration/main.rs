@@ -23,6 +23,7 @@ mod preheat;
 mod reconcile;
 mod redemption;
 mod refill;
+mod reminders;
 mod risk;
 mod rules;
 mod sale;

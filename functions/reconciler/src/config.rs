@@ -2,7 +2,7 @@
 //! URL (or host), or found through the ElastiCache API by replication group.
 
 use coupon_adapters::config::{dynamodb_calls, AwsCallSettings, RedisSettings, TableNames};
-use coupon_domain::config::{metrics_namespace, reconcile_grace_ms, ConfigError, Env};
+use coupon_domain::config::{metrics_namespace, reconcile_grace_ms, reminder_lead_ms, ConfigError, Env};
 
 /// The URL a discovered group's settings carry until ElastiCache names the
 /// endpoint.
@@ -60,6 +60,11 @@ pub struct Config {
     pub repair_follow_ms: u64,
     /// `METRICS_NAMESPACE` (`CouponGrab`).
     pub metrics_namespace: String,
+    /// `EVENT_BUS_NAME`: where reminders go (`CouponSaleStarting`); no
+    /// reminders are sent without it.
+    pub event_bus: Option<String>,
+    /// `REMINDER_LEAD_MS` (300000): how long before an opening they go.
+    pub reminder_lead_ms: i64,
 }
 
 impl Config {
@@ -96,6 +101,8 @@ impl Config {
             send_window_ms: env.number("RECONCILE_SEND_WINDOW_MS", 3_000, 0..=600_000)?,
             repair_follow_ms: env.number("RECONCILE_REPAIR_FOLLOW_MS", 20_000, 0..=600_000)?,
             metrics_namespace: metrics_namespace(env),
+            event_bus: env.optional("EVENT_BUS_NAME"),
+            reminder_lead_ms: reminder_lead_ms(env)?,
         })
     }
 }

@@ -5,6 +5,10 @@
 //! coupon's Redis state gone asks there, and the named coupons get a pass
 //! at once instead of at the next scheduled run.
 //!
+//! Each scheduled pass also sends the reminders that are due
+//! (`CouponSaleStarting`, `coupon_domain::remind`) when `EVENT_BUS_NAME`
+//! is set: [`remind`].
+//!
 //! Safe to run twice at once and to die half way; see the module docs of
 //! `coupon_domain::reconcile`. [`wire`] builds it over real clients, for
 //! `main.rs` and the integration tests.
@@ -14,16 +18,19 @@
 use std::sync::Arc;
 
 use coupon_adapters::assemble::reconcile_ports;
-use coupon_adapters::dynamodb::{self, DynamoFacts, Tables};
+use coupon_adapters::dynamodb::{self, DynamoFacts, DynamoLiveCoupons, DynamoReminders, Tables};
 use coupon_adapters::elasticache::{self, Client};
+use coupon_adapters::eventbridge::{self, EventBridgeBus};
 use coupon_adapters::redis::Redis;
 use coupon_adapters::sqs::{self, parse_repair_message, SqsRedrive};
 use coupon_adapters::{aws, secrets};
+use coupon_domain::center::ports::LiveCoupons;
 use coupon_domain::clock::{Clock, SystemClock};
 use coupon_domain::ids::CouponId;
 use coupon_domain::metrics::{EmfMetrics, Metrics};
 use coupon_domain::reconcile::ports::DurableFacts;
 use coupon_domain::reconcile::{ReconcilePorts, ReconcileSettings, Reconciler};
+use coupon_domain::remind::ReminderSender;
 use lambda_runtime::{Error, LambdaEvent};
 use serde_json::{json, Value};
 use tracing::warn;
@@ -41,6 +48,19 @@ pub struct App {
     /// How long a repair invocation keeps passing over a coupon that still
     /// waits for its grants on their way (`RECONCILE_REPAIR_FOLLOW_MS`).
     pub repair_follow: std::time::Duration,
+    /// The reminders' sender and the live coupons it looks at, when a bus
+    /// is configured.
+    pub reminders: Option<Reminding>,
+}
+
+/// What a pass needs to send the reminders that are due.
+pub struct Reminding {
+    /// Sends them.
+    pub sender: ReminderSender,
+    /// The coupons whose window is not over (the `live` index).
+    pub live: Arc<dyn LiveCoupons>,
+    /// The clock the pass reads.
+    pub clock: Arc<dyn Clock>,
 }
 
 /// Between two looks at a waiting coupon's barriers (one DynamoDB read);
@@ -108,6 +128,9 @@ pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error
     }
     let report = app.reconciler.run().await?;
     let mut out = serde_json::to_value(&report)?;
+    if let Some(reminders) = remind(app).await {
+        out["reminders"] = reminders;
+    }
     if let Some((client, group)) = &app.elasticache {
         out["redis"] = match elasticache::describe(client, group).await {
             Ok(g) => json!({"replicationGroup": group, "status": g.status, "clusterMode": g.cluster_mode}),
@@ -118,6 +141,21 @@ pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error
         };
     }
     Ok(out)
+}
+
+/// The schedule's reminder step: every reminder due among the live coupons
+/// goes out (its report), or `None` without a bus. A failed read of the
+/// live coupons is reported and left to the next pass, a minute later:
+/// the reconciliation it follows has done its work.
+pub async fn remind(app: &App) -> Option<Value> {
+    let reminding = app.reminders.as_ref()?;
+    Some(match reminding.live.live(reminding.clock.now_ms()).await {
+        Ok(defs) => json!(reminding.sender.send_due(&defs).await),
+        Err(e) => {
+            warn!(error = %e, "live coupons not read; reminders wait for the next pass");
+            json!({"error": e.to_string()})
+        }
+    })
 }
 
 /// The coupons a repair-queue batch names, or `None` if the event is not an
@@ -153,6 +191,8 @@ pub struct Clients {
     pub sqs: sqs::Client,
     /// ElastiCache, to report the replication group's status.
     pub elasticache: Client,
+    /// EventBridge, for the reminders.
+    pub events: eventbridge::Client,
     /// The clock every decision reads (a test sets it by hand).
     pub clock: Arc<dyn Clock>,
     /// Where the function's metrics go (EMF lines in Lambda, a recorder in
@@ -184,6 +224,7 @@ impl Clients {
             dynamodb: dynamodb::Client::new(&sdk),
             sqs: sqs::Client::new(&sdk),
             elasticache: cache,
+            events: eventbridge::Client::new(&sdk),
             clock: Arc::new(SystemClock),
             metrics: Arc::new(EmfMetrics::new(config.metrics_namespace.clone(), "reconciler")),
         })
@@ -223,10 +264,24 @@ pub fn settings(config: &Config) -> ReconcileSettings {
 pub fn wire(config: &Config, clients: Clients) -> App {
     let facts = Arc::new(DynamoFacts::new(tables(config, &clients)));
     let reconciler = Reconciler::new(ports(config, &clients, facts), settings(config));
+    let reminders = config.event_bus.as_ref().map(|bus| Reminding {
+        sender: ReminderSender::new(
+            Arc::new(DynamoReminders::new(tables(config, &clients))),
+            Arc::new(EventBridgeBus::new(clients.events.clone(), bus.clone())),
+            clients.clock.clone(),
+            config.reminder_lead_ms,
+        ),
+        live: Arc::new(DynamoLiveCoupons::new(
+            clients.dynamodb.clone(),
+            config.tables.coupons.clone(),
+        )),
+        clock: clients.clock.clone(),
+    });
     App {
         reconciler,
         elasticache: config.replication_group.clone().map(|g| (clients.elasticache, g)),
         repair_follow: std::time::Duration::from_millis(config.repair_follow_ms),
+        reminders,
     }
 }
 

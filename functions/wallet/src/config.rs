@@ -1,7 +1,7 @@
 //! The wallet's settings, read once at cold start.
 
 use coupon_adapters::config::{dynamodb_calls, AwsCallSettings, RedisSettings, TableNames};
-use coupon_domain::config::{ConfigError, Env};
+use coupon_domain::config::{reminder_lead_ms, ConfigError, Env};
 use coupon_edge::EdgeSettings;
 
 /// Everything the wallet (reading coupons) reads.
@@ -15,6 +15,9 @@ pub struct Config {
     pub dynamodb: AwsCallSettings,
     /// Identity and request limits.
     pub http: EdgeSettings,
+    /// `REMINDER_LEAD_MS` (5 minutes): when a reminder goes out, as the
+    /// subscriber is told.
+    pub reminder_lead_ms: i64,
 }
 
 impl Config {
@@ -30,6 +33,7 @@ impl Config {
             tables: TableNames::from_env(env)?,
             dynamodb: dynamodb_calls(env)?,
             http: EdgeSettings::from_env(env)?,
+            reminder_lead_ms: reminder_lead_ms(env)?,
         })
     }
 }

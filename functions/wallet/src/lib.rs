@@ -3,6 +3,9 @@
 //! - `GET /me/coupons`: the caller's coupons, newest first.
 //! - `GET /me/grants/{grantId}`: where a grant is: `PENDING` (won, still in
 //!   the Redis outbox or the queue), `ISSUED` (in the wallet) or `REJECTED`.
+//! - `PUT` / `DELETE /me/reminders/{couponId}`, `GET /me/reminders`: be told
+//!   before a coupon opens, or its next wave (the domain's [`Reminders`];
+//!   the reconciler's schedule sends them).
 //!
 //! A separate function from the grab, so the grab's cold start and hot path
 //! never load a DynamoDB client. Same identity rules as the grab: the caller
@@ -15,13 +18,13 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use coupon_adapters::dynamodb::{self, DynamoWallet, Tables};
+use coupon_adapters::dynamodb::{self, DynamoCouponRepository, DynamoReminders, DynamoWallet, Tables};
 use coupon_adapters::redis::{Redis, RedisOutbox};
 use coupon_adapters::{aws, secrets};
 use coupon_domain::clock::{Clock, SystemClock};
 use coupon_domain::error::StoreError;
-use coupon_domain::ids::GrantId;
-use coupon_domain::ids::UserId;
+use coupon_domain::ids::{CouponId, GrantId, UserId};
+use coupon_domain::remind::{RemindError, Reminders};
 use coupon_domain::user_coupon::{CouponState, GrantStatus};
 use coupon_domain::wallet::{CouponQuery, Cursor, WalletService, MAX_PAGE};
 use coupon_edge::{
@@ -39,6 +42,8 @@ pub use config::Config;
 pub struct Wallet {
     /// The reads.
     pub service: WalletService,
+    /// The caller's reminders.
+    pub reminders: Reminders,
     /// Identity rules.
     pub edge: EdgeSettings,
 }
@@ -50,6 +55,12 @@ pub enum Route {
     Coupons,
     /// `GET /me/grants/{grantId}`, with the decoded, unparsed id.
     Grant(String),
+    /// `GET /me/reminders`.
+    Reminders,
+    /// `PUT /me/reminders/{couponId}`: remind me.
+    Remind(String),
+    /// `DELETE /me/reminders/{couponId}`: don't.
+    Unremind(String),
 }
 
 /// Routes `method` and `path`.
@@ -60,6 +71,15 @@ pub fn route(method: &Method, path: &str) -> Matched<Route> {
     match segments.as_slice().as_slice() {
         ["me", "coupons"] => by_method(method, "GET", [(Method::GET, Route::Coupons)]),
         ["me", "grants", id] => by_method(method, "GET", [(Method::GET, Route::Grant(id.to_string()))]),
+        ["me", "reminders"] => by_method(method, "GET", [(Method::GET, Route::Reminders)]),
+        ["me", "reminders", id] => by_method(
+            method,
+            "PUT, DELETE",
+            [
+                (Method::PUT, Route::Remind(id.to_string())),
+                (Method::DELETE, Route::Unremind(id.to_string())),
+            ],
+        ),
         _ => Matched::NotFound,
     }
 }
@@ -73,6 +93,24 @@ pub async fn handle(wallet: &Wallet, req: Request) -> Result<Response<Body>, Inf
             None => Reply::error(ErrorCode::Unauthorized),
             Some(caller) => match route {
                 Route::Grant(id) => grant(wallet, &caller.user, &id).await,
+                Route::Reminders => match wallet.reminders.list(&caller.user).await {
+                    Ok(list) => Reply::success(json!({ "reminders": list })),
+                    Err(e) => remind_error(&e),
+                },
+                Route::Remind(id) => match coupon_id(&id) {
+                    Ok(coupon) => match wallet.reminders.subscribe(&caller.user, &coupon).await {
+                        Ok(view) => Reply::success_of(&view),
+                        Err(e) => remind_error(&e),
+                    },
+                    Err(reply) => reply,
+                },
+                Route::Unremind(id) => match coupon_id(&id) {
+                    Ok(coupon) => match wallet.reminders.cancel(&caller.user, &coupon).await {
+                        Ok(removed) => Reply::success(json!({ "couponId": coupon.as_str(), "removed": removed })),
+                        Err(e) => remind_error(&e),
+                    },
+                    Err(reply) => reply,
+                },
                 Route::Coupons => match coupon_query(&req) {
                     Ok(query) => coupons(wallet, &caller.user, &query).await,
                     Err(reply) => reply,
@@ -100,6 +138,22 @@ fn coupon_query(req: &Request) -> Result<CouponQuery, Reply> {
             Some(Cursor::parse(raw).ok_or_else(|| Reply::invalid("cursor must be a nextCursor from a previous page"))?);
     }
     Ok(query)
+}
+
+/// A coupon id from the path; a malformed one is a 400 that says why.
+fn coupon_id(raw: &str) -> Result<CouponId, Reply> {
+    CouponId::parse(raw).map_err(|e| Reply::invalid(format!("couponId: {e}")))
+}
+
+/// The one mapping of a reminder's refusal to its answer.
+fn remind_error(e: &RemindError) -> Reply {
+    match e {
+        RemindError::NotFound => Reply::error(ErrorCode::CouponNotFound),
+        RemindError::Ended => Reply::error(ErrorCode::NothingToRemind).with_data(json!({"reason": "ENDED"})),
+        RemindError::NothingAhead => Reply::error(ErrorCode::NothingToRemind).with_data(json!({"reason": "OPEN_NOW"})),
+        RemindError::TooMany { max } => Reply::error(ErrorCode::TooManyReminders).with_data(json!({"max": max})),
+        RemindError::Unavailable(source) => Reply::busy("reminders unavailable", source),
+    }
 }
 
 async fn coupons(wallet: &Wallet, user: &UserId, query: &CouponQuery) -> Reply {
@@ -164,6 +218,12 @@ impl Clients {
 pub fn wire(config: &Config, clients: Clients) -> Wallet {
     let tables = Tables::new(clients.dynamodb, &config.tables);
     Wallet {
+        reminders: Reminders::new(
+            Arc::new(DynamoReminders::new(tables.clone())),
+            Arc::new(DynamoCouponRepository::new(tables.clone())),
+            clients.clock.clone(),
+            config.reminder_lead_ms,
+        ),
         service: WalletService::new(
             Arc::new(DynamoWallet::new(tables)),
             Arc::new(RedisOutbox::new(clients.redis)),
@@ -175,12 +235,19 @@ pub fn wire(config: &Config, clients: Clients) -> Wallet {
 
 #[cfg(test)]
 mod tests {
-    use coupon_domain::testing::{MemoryOutbox, MemoryWallet};
+    use coupon_domain::testing::{MemoryDefinitions, MemoryOutbox, MemoryReminders, MemoryWallet};
 
     use super::*;
 
     fn wallet(outbox: Arc<MemoryOutbox>) -> Wallet {
+        let clock = Arc::new(coupon_domain::clock::ManualClock::new(1_000));
         Wallet {
+            reminders: Reminders::new(
+                Arc::new(MemoryReminders::default()),
+                Arc::new(MemoryDefinitions::default()),
+                clock,
+                coupon_domain::remind::DEFAULT_LEAD_MS,
+            ),
             service: WalletService::new(
                 Arc::new(MemoryWallet::default()),
                 outbox,
@@ -280,5 +347,34 @@ mod tests {
         assert_eq!(route(&Method::POST, "/me/coupons"), Matched::MethodNotAllowed("GET"));
         assert_eq!(route(&Method::GET, "/me"), Matched::NotFound);
         assert_eq!(route(&Method::GET, "/me/grants/%FF"), Matched::BadPath);
+    }
+
+    #[test]
+    fn a_reminder_is_put_or_deleted_and_the_list_is_read() {
+        assert_eq!(route(&Method::GET, "/me/reminders"), Matched::Route(Route::Reminders));
+        assert_eq!(
+            route(&Method::PUT, "/me/reminders/spring-20"),
+            Matched::Route(Route::Remind("spring-20".into()))
+        );
+        assert_eq!(
+            route(&Method::DELETE, "/me/reminders/spring-20"),
+            Matched::Route(Route::Unremind("spring-20".into()))
+        );
+        assert_eq!(
+            route(&Method::POST, "/me/reminders/spring-20"),
+            Matched::MethodNotAllowed("PUT, DELETE")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reminder_for_no_coupon_is_not_found_and_a_malformed_id_is_invalid() {
+        let w = wallet(Arc::new(MemoryOutbox::default()));
+        let mut put = get("/me/reminders/spring-20");
+        *put.method_mut() = Method::PUT;
+        assert_eq!(code(&w, put).await, (404, "COUPON_NOT_FOUND".into()));
+        let mut bad = get("/me/reminders/spring%2020");
+        *bad.method_mut() = Method::PUT;
+        assert_eq!(code(&w, bad).await, (400, "INVALID_REQUEST".into()));
+        assert_eq!(code(&w, get("/me/reminders")).await, (200, "SUCCESS".into()));
     }
 }

@@ -1,4 +1,5 @@
-//! The notifier's bus: coupon events to an EventBridge custom bus.
+//! The coupon event bus on EventBridge: the notifier's coupon events and
+//! the reminders' `CouponSaleStarting`, to one custom bus.
 //!
 //! `PutEvents` takes at most 10 entries per call and accepts or refuses
 //! each entry on its own (`FailedEntryCount`, an `ErrorCode` per entry), so
@@ -14,6 +15,8 @@ use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 pub use aws_sdk_eventbridge::Client;
 use coupon_domain::error::StoreError;
 use coupon_domain::notify::{CouponEvent, EventBus};
+use coupon_domain::remind::{ReminderBus, SaleStarting, SALE_STARTING};
+use serde::Serialize;
 
 /// Entries per `PutEvents` call (the service's limit).
 const ENTRIES_PER_CALL: usize = 10;
@@ -21,7 +24,31 @@ const ENTRIES_PER_CALL: usize = 10;
 /// The `source` of every event this system publishes; rules match on it.
 pub const SOURCE: &str = "coupon-grab";
 
-/// [`EventBus`] on EventBridge.
+/// What goes on the bus: a `detail` with its type and instant.
+trait Detail: Serialize {
+    fn detail_type(&self) -> &'static str;
+    fn at_ms(&self) -> i64;
+}
+
+impl Detail for CouponEvent {
+    fn detail_type(&self) -> &'static str {
+        self.transition.detail_type()
+    }
+    fn at_ms(&self) -> i64 {
+        self.occurred_at_ms
+    }
+}
+
+impl Detail for SaleStarting {
+    fn detail_type(&self) -> &'static str {
+        SALE_STARTING
+    }
+    fn at_ms(&self) -> i64 {
+        self.sent_at_ms
+    }
+}
+
+/// [`EventBus`] and [`ReminderBus`] on EventBridge.
 #[derive(Debug, Clone)]
 pub struct EventBridgeBus {
     client: Client,
@@ -46,7 +73,7 @@ impl EventBridgeBus {
         }
     }
 
-    fn entry(&self, event: &CouponEvent) -> Result<PutEventsRequestEntry, StoreError> {
+    fn entry(&self, event: &impl Detail) -> Result<PutEventsRequestEntry, StoreError> {
         let detail = serde_json::to_string(event).map_err(|e| StoreError::Protocol {
             what: "coupon event",
             detail: e.to_string(),
@@ -54,13 +81,13 @@ impl EventBridgeBus {
         Ok(PutEventsRequestEntry::builder()
             .event_bus_name(&self.bus)
             .source(SOURCE)
-            .detail_type(event.transition.detail_type())
+            .detail_type(event.detail_type())
             .detail(detail)
-            .time(DateTime::from_millis(event.occurred_at_ms))
+            .time(DateTime::from_millis(event.at_ms()))
             .build())
     }
 
-    async fn call(&self, events: &[CouponEvent]) -> Vec<Result<(), StoreError>> {
+    async fn call(&self, events: &[impl Detail]) -> Vec<Result<(), StoreError>> {
         let entries: Vec<_> = events.iter().map(|e| self.entry(e)).collect();
         let ready: Vec<PutEventsRequestEntry> = entries.iter().filter_map(|e| e.as_ref().ok().cloned()).collect();
         let answers = if ready.is_empty() {
@@ -107,6 +134,17 @@ impl EventBridgeBus {
 #[async_trait]
 impl EventBus for EventBridgeBus {
     async fn publish(&self, events: &[CouponEvent]) -> Vec<Result<(), StoreError>> {
+        let mut results = Vec::with_capacity(events.len());
+        for chunk in events.chunks(ENTRIES_PER_CALL) {
+            results.extend(self.call(chunk).await);
+        }
+        results
+    }
+}
+
+#[async_trait]
+impl ReminderBus for EventBridgeBus {
+    async fn publish(&self, events: &[SaleStarting]) -> Vec<Result<(), StoreError>> {
         let mut results = Vec::with_capacity(events.len());
         for chunk in events.chunks(ENTRIES_PER_CALL) {
             results.extend(self.call(chunk).await);

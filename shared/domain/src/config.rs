@@ -156,6 +156,13 @@ pub fn metrics_namespace(env: &Env) -> String {
     env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "CouponGrab".into())
 }
 
+/// `REMINDER_LEAD_MS` (300000, 5 minutes; 1 minute to 1 day): how long
+/// before a coupon opens its reminders go out. The wallet answers it to
+/// the subscriber and the reconciler sends by it, so both read it here.
+pub fn reminder_lead_ms(env: &Env) -> Result<i64, ConfigError> {
+    env.number("REMINDER_LEAD_MS", crate::remind::DEFAULT_LEAD_MS, 60_000..=86_400_000)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,7 +23,8 @@
 //! - [`center`]: the coupon center, what an app lists before a press;
 //! - [`wallet`]: what a user holds and where their grants are;
 //!   [`redemption`]: orders spending and giving back coupons;
-//!   [`notify`]: each coupon's transitions as events for the bus.
+//!   [`notify`]: each coupon's transitions as events for the bus;
+//!   [`remind`]: reminders before a sale or a wave opens, and their sender.
 //! - [`error`]: what ports return; [`config`]: the environment reader every
 //!   function's `Config` is built with; [`clock`], [`metrics`]: injected
 //!   time and CloudWatch embedded-metric-format lines.
@@ -54,6 +55,7 @@ pub mod notify;
 pub mod outcome;
 pub mod reconcile;
 pub mod redemption;
+pub mod remind;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod user_coupon;

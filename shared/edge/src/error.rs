@@ -101,6 +101,8 @@ error_codes! {
     CouponUsed => "COUPON_USED", 409, "This coupon has already been used by another order.", "该优惠券已被其他订单使用。";
     CouponNotUsable => "COUPON_NOT_USABLE", 409, "This coupon cannot be used now.", "该优惠券当前不可使用。";
     NotUsedByOrder => "NOT_USED_BY_ORDER", 409, "This order did not use this coupon.", "该订单未使用此优惠券。";
+    NothingToRemind => "NOTHING_TO_REMIND", 409, "This coupon will not open again: there is nothing to remind you of.", "该优惠券不会再开抢，无需提醒。";
+    TooManyReminders => "TOO_MANY_REMINDERS", 409, "You have as many reminders as allowed; cancel one first.", "提醒数量已达上限，请先取消一个。";
     SoldOut => "SOLD_OUT", 410, "All coupons are gone.", "优惠券已抢完。";
     PayloadTooLarge => "PAYLOAD_TOO_LARGE", 413, "The request body is too large.", "请求体过大。";
     UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE", 415, "Send the body as application/json.", "请求体必须是 application/json。";

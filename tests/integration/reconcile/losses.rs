@@ -173,6 +173,7 @@ async fn a_cold_instance_answers_busy_for_a_coupon_redis_lost_and_its_repair_req
         elasticache: None,
         // One pass per invocation: this test plays the issuer in between.
         repair_follow: std::time::Duration::ZERO,
+        reminders: None,
     };
     let event = || {
         lambda_runtime::LambdaEvent::new(
@@ -214,6 +215,7 @@ async fn one_repair_invocation_follows_the_wait_until_the_coupon_is_rebuilt() {
         reconciler: h.reconciler_to(&h.queue_url),
         elasticache: None,
         repair_follow: std::time::Duration::from_secs(20),
+        reminders: None,
     };
     let event = lambda_runtime::LambdaEvent::new(
         serde_json::json!({ "Records": [{

@@ -36,6 +36,8 @@ impl Harness {
             send_window_ms: 0,
             repair_follow_ms: 0,
             metrics_namespace: "Test".into(),
+            event_bus: None,
+            reminder_lead_ms: coupon_domain::remind::DEFAULT_LEAD_MS,
         }
     }
 
@@ -46,9 +48,17 @@ impl Harness {
             dynamodb: self.stack.ddb.clone(),
             sqs: self.stack.sqs.clone(),
             elasticache: self.stack.elasticache.clone(),
+            events: coupon_adapters::eventbridge::Client::new(&self.stack.sdk),
             clock: Arc::new(self.clock.clone()),
             metrics: self.metrics.clone(),
         }
+    }
+
+    /// The reconciler function as deployed, its reminders going to `bus`.
+    pub fn reconciler_app(&self, bus: &str) -> reconciler::App {
+        let mut config = self.reconciler_config(&self.queue_url);
+        config.event_bus = Some(bus.to_owned());
+        reconciler::wire(&config, self.reconciler_clients())
     }
 
     /// The reconciler as deployed, re-driving to `queue_url`.

@@ -29,6 +29,7 @@ impl Harness {
             tables: self.stack.tables.clone(),
             dynamodb: self.config.sqs,
             http: self.config.http.clone(),
+            reminder_lead_ms: coupon_domain::remind::DEFAULT_LEAD_MS,
         };
         wallet::wire(
             &config,
@@ -43,9 +44,14 @@ impl Harness {
     /// A GET through the wallet handler as `user` (`path` may carry a
     /// query string).
     pub async fn wallet_get(&self, path: &str, user: &str) -> Resp {
+        self.wallet_call("GET", path, user).await
+    }
+
+    /// A `method` call of `path` through the wallet handler as `user`.
+    pub async fn wallet_call(&self, method: &str, path: &str, user: &str) -> Resp {
         let (path, query) = path.split_once('?').unwrap_or((path, ""));
         let event = Event::grab("x", user, "r")
-            .method("GET")
+            .method(method)
             .path(path)
             .query(query)
             .body("")

@@ -4,7 +4,6 @@
 use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::types::KeysAndAttributes;
 use coupon_domain::barrier::BarrierRecord;
@@ -15,7 +14,9 @@ use coupon_domain::ids::{CouponId, GrantId, RequestId, UserId};
 use coupon_domain::reconcile::ports::{DurableFacts, RejectedGrant};
 use coupon_domain::user_coupon::{Held, Holdings, RejectReason};
 
-use super::items::{get_n, get_s, malformed, n, parse_definition, s, unavailable, Item, Tables, BY_COUPON_INDEX};
+use super::items::{
+    conditional, get_n, get_s, malformed, n, parse_definition, s, unavailable, Item, Tables, BY_COUPON_INDEX,
+};
 use super::keys::{self, coupon_pk, user_coupon_sk, user_pk};
 
 /// One user coupon item as the rebuild needs it: the request that won it
@@ -276,20 +277,5 @@ impl DurableFacts for DynamoFacts {
             .send()
             .await;
         conditional(delete)
-    }
-}
-
-/// A conditional write's result as "written or not": a failed condition is
-/// `Ok(false)` (another pass moved the item), anything else an error.
-fn conditional<T, E>(
-    result: Result<T, SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>>,
-) -> Result<bool, StoreError>
-where
-    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
-    match result {
-        Ok(_) => Ok(true),
-        Err(SdkError::ServiceError(e)) if e.err().code() == Some("ConditionalCheckFailedException") => Ok(false),
-        Err(e) => Err(unavailable(e)),
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
 use coupon_domain::coupon::{CouponDefinition, StoredCoupon};
@@ -188,4 +189,19 @@ pub(super) fn put_if_absent(table: &str, item: Item) -> Result<TransactWriteItem
         .build()
         .map_err(unavailable)?;
     Ok(TransactWriteItem::builder().put(put).build())
+}
+
+/// A conditional write's result as "written or not": a failed condition is
+/// `Ok(false)` (another pass moved the item), anything else an error.
+pub(super) fn conditional<T, E>(
+    result: Result<T, SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>>,
+) -> Result<bool, StoreError>
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match result {
+        Ok(_) => Ok(true),
+        Err(SdkError::ServiceError(e)) if e.err().code() == Some("ConditionalCheckFailedException") => Ok(false),
+        Err(e) => Err(unavailable(e)),
+    }
 }

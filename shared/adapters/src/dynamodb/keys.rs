@@ -15,6 +15,20 @@ pub fn user_pk(user: &UserId) -> String {
     format!("USER#{user}")
 }
 
+/// The partition key of a user's reminders, as they list them.
+pub fn reminders_pk(user: &UserId) -> String {
+    format!("REMINDERS#{user}")
+}
+
+/// The sort key of a user's reminder in its coupon's partition (what the
+/// sender queries with [`REMIND_PREFIX`]).
+pub fn remind_sk(user: &UserId) -> String {
+    format!("{REMIND_PREFIX}{user}")
+}
+
+/// What every reminder's sort key in a coupon's partition starts with.
+pub const REMIND_PREFIX: &str = "REMIND#";
+
 /// The partition key of a user's blacklist entry and its log.
 pub fn blacklist_pk(user: &UserId) -> String {
     format!("{BLACKLIST_PREFIX}{user}")

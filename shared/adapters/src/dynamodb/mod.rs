@@ -16,6 +16,8 @@
 //! | coupons | `COUPON#<id>` | `REPORT` | the latest on-demand reconciliation report |
 //! | coupons | `COUPON#<id>` | `BARRIER` | the reconciler's wait for the coupon's grants on their way: `barrier_id`, `opened_ms`, `send_after_ms`, `shards`, `sent_ms`, `lanes` (the lanes that acknowledged) |
 //! | coupons | `BLACKLIST#<user>` | `ENTRY` / `AUDIT#<ms>#<operation>` | the durable blacklist and its log |
+//! | coupons | `COUPON#<id>` | `REMIND#<user>` | a user's reminder, as its sender reads it: `created_ms`, `sent_for_ms` (the opening it was last sent for) |
+//! | coupons | `REMINDERS#<user>` | `COUPON#<id>` | the same reminder, as its user lists it (written and removed with it in one transaction) |
 //! | user coupons | `USER#<user>` | `COUPON#<id>#<ordinal>` | a coupon in a wallet: `UNUSED`, `USED` (`order_id`, `used_at_ms`) or `REVOKED` (who, when); `returned_by` lists orders that gave it back, `returned_at_ms` the last return; its change stream feeds the notifier |
 //!
 //! A coupon's data shares one partition; a user's wallet is one query. The
@@ -32,7 +34,8 @@
 //! [`DynamoAdminStore`], [`DynamoBlacklist`] and [`DynamoRevocations`]
 //! (the admin API); [`DynamoRedemptions`] (orders spending coupons);
 //! [`DynamoCatalog`] (the grab's one read); [`DynamoLiveCoupons`] (the
-//! coupon center's listing); [`stream_record`] reads the
+//! coupon center's listing); [`DynamoReminders`] (reminders, for the wallet
+//! and the reconciler's sender); [`stream_record`] reads the
 //! user-coupons change stream for the notifier.
 
 pub use aws_sdk_dynamodb::Client;
@@ -46,6 +49,7 @@ mod items;
 mod keys;
 mod live;
 mod redeem;
+mod reminders;
 mod revoke;
 mod stream;
 mod wallet;
@@ -59,6 +63,7 @@ pub use items::{Tables, BY_COUPON_INDEX, LIVE_INDEX};
 pub use keys::{counter_sk, coupon_pk, user_coupon_sk, user_pk};
 pub use live::DynamoLiveCoupons;
 pub use redeem::DynamoRedemptions;
+pub use reminders::DynamoReminders;
 pub use revoke::DynamoRevocations;
 pub use stream::stream_record;
 pub use wallet::DynamoWallet;

@@ -12,6 +12,7 @@ mod grab;
 mod notify;
 mod reconcile;
 mod redemption;
+mod remind;
 mod shards;
 mod wallet;
 
@@ -20,5 +21,6 @@ pub use grab::{AllowAll, CountingQueue, FakeQueue, FakeRepairs, FakeRisk, Memory
 pub use notify::MemoryBus;
 pub use reconcile::{FakeRedrive, MemoryFacts};
 pub use redemption::{CouponsHook, MemoryRedemptions};
+pub use remind::{MemoryDefinitions, MemoryReminderBus, MemoryReminders};
 pub use shards::{MemoryShards, ShardState, ShardsHook};
 pub use wallet::{MemoryOutbox, MemoryWallet};
