@@ -352,3 +352,42 @@ async fn without_rollover_a_rebuild_in_the_middle_of_a_wave_gives_it_only_what_i
     assert_eq!((report.issued, report.drift), (5, 0), "{report:?}");
     assert_eq!(report.remaining, 3, "the first wave's leftovers, written off again");
 }
+
+/// The same across lost shards whose waves sold unevenly: each keeps what
+/// its own wave has left, not an even part of what DynamoDB does not
+/// account for (which would write off one shard's live units while the
+/// other, sold out in this wave, wrote off what it could not sell).
+#[tokio::test]
+async fn without_rollover_a_rebuild_of_shards_that_sold_unevenly_keeps_every_unit_the_wave_has_left() {
+    let h = Harness::with(Options::without_ip_limit()).await;
+    let mut def = h.coupon(8);
+    def.shards = 2;
+    def.rollover = false;
+    def.waves = vec![
+        Wave { at_ms: T0, units: 4 },
+        Wave {
+            at_ms: T0 + MIN,
+            units: 4,
+        },
+    ];
+    let coupon = h.create(&def).await;
+    h.clock.set(T0);
+    assert_eq!(count(&presses(&h, &coupon, "first", 4).await, "SUCCESS"), 4);
+    // The second wave: shard 0 sells its 2, shard 1 none.
+    h.clock.set(T0 + MIN);
+    for i in 0..2 {
+        let user = homed_on(0, 2, &format!("zero{i}-"));
+        assert_eq!(h.grab(&coupon, &user, "r").await.code(), "SUCCESS");
+    }
+    h.pump().await;
+    h.flush_redis().await;
+    assert_eq!(h.reconcile(&def).await.shards_rebuilt, 2);
+    let after = presses(&h, &coupon, "after", 4).await;
+    assert_eq!(
+        count(&after, "SUCCESS"),
+        2,
+        "shard 1's two units of the wave: {after:?}"
+    );
+    h.pump().await;
+    assert_eq!(h.reconcile(&def).await.drift, 0);
+}

@@ -60,16 +60,38 @@ pub fn split_holding_back(units: u64, held: &[u64]) -> Vec<u64> {
     shares
 }
 
-/// A lost shard's `share` of a rebuild as stock and units written off:
-/// without rollover (`wave_left`, what the wave out now has left on it) it
-/// keeps what it holds back for later waves and that; the rest belongs to
-/// waves gone by, and is counted as expired. With rollover, all stock.
-pub fn without_rollover(share: u64, held_back: u64, wave_left: Option<u64>) -> ShardUnits {
-    let stock = wave_left.map_or(share, |left| share.min(held_back.saturating_add(left)));
-    ShardUnits {
-        stock,
-        expired: share - stock,
+/// `units` over lost shards as stock and units written off. Each first
+/// gets what it holds back for later waves (`held`, [`split_holding_back`]).
+/// With rollover (`wave_left` all `None`) the rest is stock, split evenly.
+/// Without it, each then gets what the wave out now has left on it
+/// (`wave_left`), and what remains belongs to waves gone by: written off
+/// (expired), split evenly. Capping each shard after an even split would
+/// write off a shard's live units while another, which had sold its share,
+/// wrote off what it could not sell.
+pub fn split_rebuild(units: u64, held: &[u64], wave_left: &[Option<u64>]) -> Vec<ShardUnits> {
+    if wave_left.iter().all(Option::is_none) {
+        return split_holding_back(units, held)
+            .into_iter()
+            .map(|stock| ShardUnits { stock, expired: 0 })
+            .collect();
     }
+    let mut left = units;
+    let mut take = |want: u64| {
+        let got = want.min(left);
+        left -= got;
+        got
+    };
+    let stock: Vec<u64> = held.iter().map(|&h| take(h)).collect();
+    let stock: Vec<u64> = stock
+        .into_iter()
+        .zip(wave_left)
+        .map(|(s, l)| s + take(l.unwrap_or(0)))
+        .collect();
+    stock
+        .into_iter()
+        .zip(split(left, held.len()))
+        .map(|(stock, expired)| ShardUnits { stock, expired })
+        .collect()
 }
 
 /// `units` split over `shards` as evenly as possible, the remainder going to
@@ -105,15 +127,17 @@ mod tests {
     }
 
     #[test]
-    fn without_rollover_a_rebuilt_shard_keeps_what_it_holds_back_and_what_its_wave_has_left() {
-        let units = |s: u64, h: u64, l: Option<u64>| {
-            let u = without_rollover(s, h, l);
-            (u.stock, u.expired)
+    fn without_rollover_a_rebuild_gives_each_lost_shard_what_it_holds_back_and_what_its_wave_has_left() {
+        let units = |u: u64, h: &[u64], l: &[Option<u64>]| -> Vec<(u64, u64)> {
+            split_rebuild(u, h, l).iter().map(|s| (s.stock, s.expired)).collect()
         };
-        assert_eq!(units(5, 0, None), (5, 0));
-        assert_eq!(units(5, 0, Some(2)), (2, 3));
-        assert_eq!(units(7, 4, Some(2)), (6, 1));
-        assert_eq!(units(3, 4, Some(2)), (3, 0), "never more than its share");
+        assert_eq!(units(5, &[0, 0], &[None, None]), vec![(3, 0), (2, 0)]);
+        assert_eq!(units(5, &[0], &[Some(2)]), vec![(2, 3)]);
+        assert_eq!(units(7, &[4], &[Some(2)]), vec![(6, 1)]);
+        assert_eq!(units(3, &[4], &[Some(2)]), vec![(3, 0)], "never more than there is");
+        // One shard sold its wave's 50, the other none; 20 of an earlier
+        // wave are left over: the one with 50 to sell keeps them all.
+        assert_eq!(units(170, &[50, 50], &[Some(0), Some(50)]), vec![(50, 10), (100, 10)]);
     }
 
     #[test]

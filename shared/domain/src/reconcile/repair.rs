@@ -283,12 +283,8 @@ impl Reconciler {
         let now_seq = now.max(self.ports.clock.now_ms()).max(0) as u64;
         let mut restored = 0;
         let held: Vec<u64> = missing.iter().map(|&s| def.shard_held_back(s, now)).collect();
-        for ((&shard, share), &held_back) in missing
-            .iter()
-            .zip(figures::split_holding_back(restorable, &held))
-            .zip(&held)
-        {
-            let units = figures::without_rollover(share, held_back, wave_left(def, shard, holdings, now));
+        let left: Vec<Option<u64>> = missing.iter().map(|&s| wave_left(def, s, holdings, now)).collect();
+        for (&shard, units) in missing.iter().zip(figures::split_rebuild(restorable, &held, &left)) {
             let holders: Vec<(UserId, Vec<Held>)> = holdings
                 .iter()
                 .filter(|(user, _)| home_shard(user, def.shards) == shard)
@@ -309,7 +305,7 @@ impl Reconciler {
                 .await?
             {
                 r.shards_rebuilt += 1;
-                restored += share;
+                restored += units.stock + units.expired;
             }
         }
         Ok(restored)
