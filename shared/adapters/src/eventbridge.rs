@@ -87,6 +87,15 @@ impl EventBridgeBus {
             .build())
     }
 
+    /// `events` in calls of at most [`ENTRIES_PER_CALL`], one result each.
+    async fn publish_all(&self, events: &[impl Detail + Sync]) -> Vec<Result<(), StoreError>> {
+        let mut results = Vec::with_capacity(events.len());
+        for chunk in events.chunks(ENTRIES_PER_CALL) {
+            results.extend(self.call(chunk).await);
+        }
+        results
+    }
+
     async fn call(&self, events: &[impl Detail]) -> Vec<Result<(), StoreError>> {
         let entries: Vec<_> = events.iter().map(|e| self.entry(e)).collect();
         let ready: Vec<PutEventsRequestEntry> = entries.iter().filter_map(|e| e.as_ref().ok().cloned()).collect();
@@ -134,21 +143,13 @@ impl EventBridgeBus {
 #[async_trait]
 impl EventBus for EventBridgeBus {
     async fn publish(&self, events: &[CouponEvent]) -> Vec<Result<(), StoreError>> {
-        let mut results = Vec::with_capacity(events.len());
-        for chunk in events.chunks(ENTRIES_PER_CALL) {
-            results.extend(self.call(chunk).await);
-        }
-        results
+        self.publish_all(events).await
     }
 }
 
 #[async_trait]
 impl ReminderBus for EventBridgeBus {
     async fn publish(&self, events: &[SaleStarting]) -> Vec<Result<(), StoreError>> {
-        let mut results = Vec::with_capacity(events.len());
-        for chunk in events.chunks(ENTRIES_PER_CALL) {
-            results.extend(self.call(chunk).await);
-        }
-        results
+        self.publish_all(events).await
     }
 }

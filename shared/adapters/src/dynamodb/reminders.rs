@@ -41,17 +41,33 @@ fn parse(item: &Item) -> Result<Reminder, StoreError> {
     })
 }
 
-/// A transaction cancelled because a condition failed: the reminder was
-/// there (put) or was not (delete).
-fn condition_failed(err: &SdkError<TransactWriteItemsError>) -> bool {
-    matches!(
-        err,
-        SdkError::ServiceError(e) if matches!(
-            e.err(),
-            TransactWriteItemsError::TransactionCanceledException(ex)
-                if ex.cancellation_reasons().iter().any(|r| r.code() == Some("ConditionalCheckFailed"))
-        )
-    )
+impl DynamoReminders {
+    /// Writes both items of a reminder in one transaction: `Ok(false)` if
+    /// a condition failed (the reminder was there for a put, or was not
+    /// for a delete), so neither is written.
+    async fn both(&self, a: TransactWriteItem, b: TransactWriteItem) -> Result<bool, StoreError> {
+        let result = self
+            .tables
+            .client
+            .transact_write_items()
+            .transact_items(a)
+            .transact_items(b)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(e))
+                if matches!(
+                    e.err(),
+                    TransactWriteItemsError::TransactionCanceledException(ex)
+                        if ex.cancellation_reasons().iter().any(|r| r.code() == Some("ConditionalCheckFailed"))
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(unavailable(e)),
+        }
+    }
 }
 
 #[async_trait]
@@ -68,19 +84,11 @@ impl ReminderStore for DynamoReminders {
         };
         let by_coupon = common(coupon_pk(&reminder.coupon), keys::remind_sk(&reminder.user));
         let by_user = common(keys::reminders_pk(&reminder.user), keys::coupon_pk(&reminder.coupon));
-        let result = self
-            .tables
-            .client
-            .transact_write_items()
-            .transact_items(put_if_absent(&self.tables.coupons, by_coupon)?)
-            .transact_items(put_if_absent(&self.tables.coupons, by_user)?)
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if condition_failed(&e) => Ok(false),
-            Err(e) => Err(unavailable(e)),
-        }
+        self.both(
+            put_if_absent(&self.tables.coupons, by_coupon)?,
+            put_if_absent(&self.tables.coupons, by_user)?,
+        )
+        .await
     }
 
     async fn delete(&self, user: &UserId, coupon: &CouponId) -> Result<bool, StoreError> {
@@ -94,19 +102,11 @@ impl ReminderStore for DynamoReminders {
                 .map_err(unavailable)?;
             Ok(TransactWriteItem::builder().delete(d).build())
         };
-        let result = self
-            .tables
-            .client
-            .transact_write_items()
-            .transact_items(delete(coupon_pk(coupon), keys::remind_sk(user))?)
-            .transact_items(delete(keys::reminders_pk(user), keys::coupon_pk(coupon))?)
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if condition_failed(&e) => Ok(false),
-            Err(e) => Err(unavailable(e)),
-        }
+        self.both(
+            delete(coupon_pk(coupon), keys::remind_sk(user))?,
+            delete(keys::reminders_pk(user), keys::coupon_pk(coupon))?,
+        )
+        .await
     }
 
     async fn of_user(&self, user: &UserId) -> Result<Vec<Reminder>, StoreError> {

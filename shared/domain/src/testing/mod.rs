@@ -18,9 +18,9 @@ mod wallet;
 
 pub use center::{MemoryLiveCoupons, ScriptedStandings};
 pub use grab::{AllowAll, CountingQueue, FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, ScriptedLedger, Silent};
-pub use notify::MemoryBus;
+pub use notify::{MemoryBus, MemoryReminderBus};
 pub use reconcile::{FakeRedrive, MemoryFacts};
 pub use redemption::{CouponsHook, MemoryRedemptions};
-pub use remind::{MemoryDefinitions, MemoryReminderBus, MemoryReminders};
+pub use remind::{MemoryDefinitions, MemoryReminders};
 pub use shards::{MemoryShards, ShardState, ShardsHook};
 pub use wallet::{MemoryOutbox, MemoryWallet};

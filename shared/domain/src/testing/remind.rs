@@ -1,5 +1,6 @@
 //! Fakes of the reminders' ports: a store in memory with the conditional
-//! mark, a bus that keeps what it took, and definitions to judge against.
+//! mark, and definitions to judge against (the bus is
+//! [`super::MemoryReminderBus`]).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -10,7 +11,7 @@ use crate::catalog::{CouponRepository, Stored};
 use crate::coupon::CouponDefinition;
 use crate::error::StoreError;
 use crate::ids::{CouponId, UserId};
-use crate::remind::{Reminder, ReminderBus, ReminderStore, SaleStarting};
+use crate::remind::{Reminder, ReminderStore};
 
 /// Reminders by (user, coupon), in memory.
 #[derive(Debug, Default)]
@@ -84,33 +85,6 @@ impl ReminderStore for MemoryReminders {
             }
             _ => Ok(false),
         }
-    }
-}
-
-/// Keeps every reminder event it took; refuses the ids in `refuse`.
-#[derive(Debug, Default)]
-pub struct MemoryReminderBus {
-    /// Taken, in order.
-    pub accepted: Mutex<Vec<SaleStarting>>,
-    /// Event ids refused.
-    pub refuse: Mutex<Vec<String>>,
-}
-
-#[async_trait]
-impl ReminderBus for MemoryReminderBus {
-    async fn publish(&self, events: &[SaleStarting]) -> Vec<Result<(), StoreError>> {
-        let refuse = self.refuse.lock().unwrap().clone();
-        events
-            .iter()
-            .map(|e| {
-                if refuse.contains(&e.event_id) {
-                    Err(StoreError::Unavailable("entry refused".into()))
-                } else {
-                    self.accepted.lock().unwrap().push(e.clone());
-                    Ok(())
-                }
-            })
-            .collect()
     }
 }
 
