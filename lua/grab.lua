@@ -25,6 +25,9 @@
 --   {'UNVERIFIED'}          (commit or whole) the server restarted since the
 --                           shard was verified: BUSY until the reconciler
 --                           has checked it (verify.lua)
+--   {'SKEWED', behindMs}    (commit or whole) the home shard would borrow,
+--                           but the caller's clock is more than SKEW_MS
+--                           behind the server's: BUSY (see below)
 -- Only WIN and BORROW store a record; rejections store nothing, so a retry
 -- after a rejection is decided afresh (as Stripe does for requests that
 -- never began executing).
@@ -46,6 +49,17 @@ if step == 'admit' then return {'ADMITTED'} end
 if not verified(meta) then return {'UNVERIFIED'} end
 
 expire(meta, gone)
+-- A borrow moves none of this shard's sequence, only its users hash, so a
+-- restart from a snapshot taken before it is caught only by verify.lua
+-- finding the shard dry at some instant since its state's last stamp (w,
+-- the server's clock, less SKEW_MS). A caller whose clock lags the server's
+-- by more could borrow at an instant before that window (a wave's
+-- leftovers were gone on its clock, not yet on the check's): refused, and
+-- so the window holds every borrow. Only this path reads the clock.
+if stock <= 0 then
+  local behind = clock_ms() - now
+  if behind > SKEW_MS then return {'SKEWED', tostring(behind)} end
+end
 local ordinal = claimed + 1
 redis.call('HINCRBY', users, user, 1)
 local record = issue(meta, outbox, stock, user, ordinal, request_id, now)

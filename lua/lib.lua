@@ -50,6 +50,11 @@ local function history()
   return string.match(info, 'master_replid:(%x+)'), string.match(info, 'master_replid2:(%x+)')
 end
 
+-- How far a caller's clock (the `now` the waves and the window are judged
+-- on) may lag the server's before a press homed on a dry shard is refused
+-- its borrow (grab.lua), and so the margin verify.lua's window starts with.
+local SKEW_MS = 2000
+
 -- The server's clock in ms.
 local function clock_ms()
   local t = redis.call('TIME')

@@ -19,7 +19,8 @@
 -- Atomic, so a shard verified, rebuilt or restarted again meanwhile is
 -- judged as it is now.
 -- KEYS: 1 meta, 2 users, 3 outbox, 4 taken, 5 borrowing
--- ARGV: 1 now (ms), 2 the durable high-water mark, or '' to only look
+-- ARGV: 1 now (ms), 2 the durable high-water mark, or '' to only look,
+--       3 (with a mark) the durable definition's version
 -- Returns {'MISSING'} | {'CURRENT'} | {'SUSPECT', sinceMs}
 --       | {'DROPPED'} | {'CONFIRMED'}
 local meta = KEYS[1]
@@ -30,7 +31,7 @@ if verified(meta) then
 end
 local id = history()
 local m = redis.call('HMGET', meta, 'seq', 'suspect', 'stock', 'waves', 'rollover',
-  'start_ms', 'end_ms', 'w')
+  'start_ms', 'end_ms', 'w', 'version')
 if ARGV[2] == '' then
   -- "<history>|<ms>": a stamp restored from a snapshot belongs to an older
   -- history and says nothing about this one.
@@ -42,15 +43,24 @@ if ARGV[2] == '' then
   return {'SUSPECT', since}
 end
 -- Since when borrows may be missing: the state's last stamp (w, the
--- server's clock; the snapshot was taken after it), two seconds of margin
--- for the callers' clocks, which the waves are judged on; never before the
--- sale opened (nothing borrows before it).
-local to = math.min(tonumber(ARGV[1]), tonumber(m[7]))
-local from = math.min(to, math.max(tonumber(m[6]), tonumber(m[8] or '0') - 2000))
+-- server's clock; the snapshot was taken after it), less the SKEW_MS a
+-- borrowing caller's clock may lag the server's (grab.lua refuses a borrow
+-- to one further behind), since the waves are judged on the callers'
+-- clocks; never before the sale opened (nothing borrows before it). Until
+-- the sale's end, not this call's `now`: a caller whose clock runs ahead
+-- may have borrowed at an instant still to come on the reconciler's.
+local to = tonumber(m[7])
+local from = math.min(to, math.max(tonumber(m[6]), tonumber(m[8] or '0') - SKEW_MS))
+-- The schedule judged is the state's own: an operator's change applied
+-- after the snapshot (a wave added, stock added without rollover) may have
+-- left this shard dry at instants the old schedule sold at, and the users
+-- hash would miss the borrows made then. A state behind the durable
+-- definition's version is dropped, and rebuilt from it.
 -- An open borrow in the state may have finished after the snapshot (its
 -- donor minted, its record became a win) without moving this sequence:
 -- dropped too, so the rebuild restores the claim from DynamoDB.
-if tonumber(m[1]) < tonumber(ARGV[2]) or ran_dry(tonumber(m[3]), m[4], m[5], from, to)
+if tonumber(m[1]) < tonumber(ARGV[2]) or (tonumber(m[9]) or 0) < (tonumber(ARGV[3]) or 0)
+  or ran_dry(tonumber(m[3]), m[4], m[5], from, to)
   or redis.call('ZCARD', KEYS[5]) > 0 then
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
   return {'DROPPED'}

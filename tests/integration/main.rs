@@ -30,3 +30,4 @@ mod sale;
 mod sqs_down;
 mod wallet;
 mod waves;
+mod waves_restarts;

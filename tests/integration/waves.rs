@@ -8,12 +8,11 @@ use std::collections::BTreeMap;
 
 use coupon_domain::coupon::{CouponDefinition, Wave};
 use coupon_domain::ids::CouponId;
-use coupon_domain::reconcile::ports::DurableFacts;
 use serde_json::json;
 
 use crate::support::{homed_on, Event, Harness, Options, T0};
 
-const MIN: i64 = 60_000;
+pub(crate) const MIN: i64 = 60_000;
 
 /// 12 units on 4 shards: 4 released at T0, 8 a minute later.
 fn waved(h: &Harness) -> CouponDefinition {
@@ -30,7 +29,7 @@ fn waved(h: &Harness) -> CouponDefinition {
 }
 
 /// `n` fresh users press once each; what they heard, counted.
-async fn presses(h: &Harness, coupon: &CouponId, label: &str, n: usize) -> BTreeMap<String, usize> {
+pub(crate) async fn presses(h: &Harness, coupon: &CouponId, label: &str, n: usize) -> BTreeMap<String, usize> {
     let mut heard = BTreeMap::new();
     for i in 0..n {
         let resp = h.grab(coupon, &format!("{label}-{i}"), "r").await;
@@ -43,7 +42,7 @@ async fn presses(h: &Harness, coupon: &CouponId, label: &str, n: usize) -> BTree
     heard
 }
 
-fn count(heard: &BTreeMap<String, usize>, code: &str) -> usize {
+pub(crate) fn count(heard: &BTreeMap<String, usize>, code: &str) -> usize {
     heard.get(code).copied().unwrap_or(0)
 }
 
@@ -243,74 +242,6 @@ async fn a_rebuild_of_several_shards_gives_each_what_its_waves_still_hold_back()
     );
     h.clock.set(T0 + MIN);
     assert_eq!(count(&presses(&h, &coupon, "second", 6).await, "SUCCESS"), 2);
-}
-
-/// A shard whose stock is all held back for the next wave sells nothing,
-/// so its users borrow from the other shards, which moves none of its
-/// sequence: only its users hash and the request's record. Redis then
-/// restarts from a snapshot taken before such a borrow. The shard's
-/// sequence is at its durable mark and it still holds stock, which without
-/// waves meant nothing was lost; here it would forget the borrower's claim
-/// (a second coupon at the next wave, a retry answered as a new press).
-/// The check drops a shard that had nothing to sell at any instant since
-/// its state's last stamp, and the rebuild restores the claim.
-#[tokio::test]
-async fn a_claim_borrowed_while_the_home_shard_held_its_stock_back_survives_a_restart_from_an_older_snapshot() {
-    let mut server = crate::support::Server::standalone();
-    let h = Harness::with(Options {
-        redis_url: Some(server.url()),
-        ..Options::without_ip_limit()
-    })
-    .await;
-    let mut def = h.coupon(4);
-    def.shards = 2;
-    def.waves = vec![
-        Wave { at_ms: T0, units: 2 },
-        Wave {
-            at_ms: T0 + MIN,
-            units: 2,
-        },
-    ];
-    let coupon = h.create(&def).await;
-    h.clock.set(T0);
-    // Shard 0 sells its unit of the first wave; it still holds one back.
-    let first = homed_on(0, 2, "first");
-    assert_eq!(h.grab(&coupon, &first, "r").await.code(), "SUCCESS");
-    h.pump().await;
-    assert!(server.cmd(&["SAVE"]).contains("OK"));
-    // Homed on shard 0, which has nothing to sell now: borrowed from shard 1.
-    let borrower = homed_on(0, 2, "borrower");
-    let won = h.grab(&coupon, &borrower, "r").await;
-    assert_eq!(won.code(), "SUCCESS", "{}", won.body);
-    let grant = won.body["data"]["grantId"].as_str().unwrap().to_owned();
-    assert!(grant.contains("-1-"), "minted on shard 1: {grant}");
-    h.pump().await;
-
-    server.restart_from_snapshot();
-    h.wait_for_redis().await;
-    assert_eq!(h.reconcile_windowed(&def, 3_000).await.shards_waiting, 2);
-    h.clock.advance(3_000);
-    let report = h.reconcile_windowed(&def, 3_000).await;
-    assert_eq!(
-        (report.shards_rolled_back, report.shards_rebuilt),
-        (2, 2),
-        "both shards dropped and rebuilt: {report:?}"
-    );
-
-    let retry = h.grab(&coupon, &borrower, "r").await;
-    assert_eq!(
-        (retry.code(), retry.body["data"]["grantId"].as_str()),
-        ("SUCCESS", Some(grant.as_str())),
-        "the retry is answered as the press was: {}",
-        retry.body
-    );
-    h.clock.set(T0 + MIN);
-    assert_eq!(h.grab(&coupon, &borrower, "again").await.code(), "ALREADY_CLAIMED");
-    let second = presses(&h, &coupon, "second", 4).await;
-    assert_eq!(count(&second, "SUCCESS"), 2, "{second:?}");
-    h.pump().await;
-    assert_eq!(h.facts().issued(&coupon).await.unwrap(), 4);
-    assert!(h.facts().rejections(&coupon).await.unwrap().is_empty());
 }
 
 /// Without rollover, what earlier waves left is written off in the shard's

@@ -7,7 +7,7 @@ use coupon_domain::coupon::StoredCoupon;
 use coupon_domain::error::StoreError;
 use coupon_domain::grant::{Grant, GrantRecord};
 use coupon_domain::ids::{CouponId, GrantId, RequestId, UserId};
-use coupon_domain::reconcile::ports::{OutboxEntry, ShardStock, ShardUnits, StockRepair, Verification};
+use coupon_domain::reconcile::ports::{DurableBound, OutboxEntry, ShardStock, ShardUnits, StockRepair, Verification};
 use coupon_domain::user_coupon::Held;
 use redis::AsyncCommands;
 
@@ -181,7 +181,7 @@ impl StockRepair for RedisRepair {
         coupon: &CouponId,
         shard: u32,
         now_ms: i64,
-        high_water: Option<u64>,
+        bound: Option<DurableBound>,
     ) -> Result<Verification, StoreError> {
         const WHAT: &str = "verify.lua";
         let k = self.redis.keys.shard(coupon, shard);
@@ -193,7 +193,8 @@ impl StockRepair for RedisRepair {
             .key(k.taken())
             .key(k.borrowing())
             .arg(now_ms)
-            .arg(high_water.map(|m| m.to_string()).unwrap_or_default())
+            .arg(bound.map(|b| b.high_water.to_string()).unwrap_or_default())
+            .arg(bound.map(|b| b.version).unwrap_or(0))
             .invoke_async(&mut conn)
             .await
             .map_err(unavailable)?;

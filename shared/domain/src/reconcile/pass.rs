@@ -10,7 +10,7 @@ use crate::error::StoreError;
 use crate::grant::Grant;
 use crate::ids::GrantId;
 
-use super::ports::{OutboxEntry, Verification};
+use super::ports::{DurableBound, OutboxEntry, Verification};
 use super::wait::Gate;
 use super::{figures, CouponReport, Reconciler, Surviving};
 
@@ -63,7 +63,7 @@ impl Reconciler {
         //    then the shards whose server restarted.
         self.drop_rolled_back(def, &mut r).await?;
         let mut gate = self.gate(&stored, now, &mut r).await?;
-        self.verify_restarted(def, now, &mut gate, &mut r).await?;
+        self.verify_restarted(&stored, now, &mut gate, &mut r).await?;
         // 1. Surviving stock, and which shards are gone. An operator's
         //    change that never reached a shard (its Redis step failed, or
         //    met a shard that was lost then) is applied now.
@@ -286,11 +286,12 @@ impl Reconciler {
     /// again.
     pub(super) async fn verify_restarted(
         &self,
-        def: &CouponDefinition,
+        stored: &StoredCoupon,
         now: i64,
         gate: &mut Gate,
         r: &mut CouponReport,
     ) -> Result<(), StoreError> {
+        let def = &stored.definition;
         let coupon = &def.coupon_id;
         let mut suspects = Vec::new();
         for shard in 0..def.shards {
@@ -316,7 +317,11 @@ impl Reconciler {
                 true => u64::MAX,
                 false => marks.get(&shard).copied().unwrap_or(0),
             };
-            match self.ports.repair.verify(coupon, shard, now, Some(mark)).await? {
+            let bound = DurableBound {
+                high_water: mark,
+                version: stored.version,
+            };
+            match self.ports.repair.verify(coupon, shard, now, Some(bound)).await? {
                 Verification::Dropped if mark == u64::MAX => {
                     info!(
                         shard,

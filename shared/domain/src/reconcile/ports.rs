@@ -109,6 +109,18 @@ pub enum Verification {
     Confirmed,
 }
 
+/// What a suspect shard is settled against ([`StockRepair::verify`]): the
+/// durable facts a state restored from an older snapshot may be behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurableBound {
+    /// The highest grant sequence DynamoDB knows minted on the shard: a
+    /// state behind it rolled back.
+    pub high_water: u64,
+    /// The durable definition's version: a state behind it judges its
+    /// borrows on a release schedule an operator has since changed.
+    pub version: u64,
+}
+
 /// A shard's remaining stock and the definition version it has applied,
 /// read in one step. A rebuild gives the lost shards the total less what
 /// the others hold: an operator's change applied to a shard between a read
@@ -159,16 +171,18 @@ pub trait StockRepair: Send + Sync {
     /// it, once the send window is over). True if it was dropped; the rebuild then restores it.
     async fn drop_if_behind(&self, coupon: &CouponId, shard: u32, high_water: u64) -> Result<bool, StoreError>;
     /// Checks a shard against its server's replication history: with
-    /// `high_water` `None` only looks (recording when it was first found
-    /// suspect); with the shard's durable mark, settles a suspect shard,
-    /// atomically: dropped if behind the mark, else confirmed. Only call
-    /// with a mark that every grant sent before the restart has reached.
+    /// `bound` `None` only looks (recording when it was first found
+    /// suspect); with the shard's durable bound, settles a suspect shard,
+    /// atomically: dropped if behind the mark or the definition's version
+    /// (or dry at some instant since its last stamp, `lua/verify.lua`),
+    /// else confirmed. Only call with a mark that every grant sent before
+    /// the restart has reached.
     async fn verify(
         &self,
         coupon: &CouponId,
         shard: u32,
         now_ms: i64,
-        high_water: Option<u64>,
+        bound: Option<DurableBound>,
     ) -> Result<Verification, StoreError>;
     /// Invalidates every shard's "sold out" stamp after stock was added.
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError>;

@@ -12,7 +12,7 @@ use crate::error::StoreError;
 use crate::grant::{Grant, GrantRecord};
 use crate::ids::{CouponId, RequestId, UserId};
 use crate::live::{LiveSettings, ShardApply};
-use crate::reconcile::ports::{OutboxEntry, ShardStock, ShardUnits, StockRepair, Verification};
+use crate::reconcile::ports::{DurableBound, OutboxEntry, ShardStock, ShardUnits, StockRepair, Verification};
 use crate::user_coupon::Held;
 
 /// One shard's state.
@@ -160,7 +160,7 @@ impl StockRepair for MemoryShards {
         coupon: &CouponId,
         shard: u32,
         now_ms: i64,
-        high_water: Option<u64>,
+        bound: Option<DurableBound>,
     ) -> Result<Verification, StoreError> {
         let mut shards = self.shards.lock().unwrap();
         let key = (coupon.clone(), shard);
@@ -170,15 +170,16 @@ impl StockRepair for MemoryShards {
         let Some(since) = s.restarted else {
             return Ok(Verification::Current);
         };
-        Ok(match high_water {
+        Ok(match bound {
             None => {
                 let since_ms = since.unwrap_or(now_ms);
                 s.restarted = Some(Some(since_ms));
                 Verification::Suspect { since_ms }
             }
-            // As verify.lua: behind the mark, or out of stock (claims may
-            // have been filled by borrows, which move no sequence).
-            Some(mark) if s.seq < mark || s.stock <= 0 => {
+            // As verify.lua: behind the mark or the definition, or out of
+            // stock (claims may have been filled by borrows, which move no
+            // sequence).
+            Some(b) if s.seq < b.high_water || s.version < b.version || s.stock <= 0 => {
                 shards.remove(&key);
                 Verification::Dropped
             }
