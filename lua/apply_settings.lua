@@ -14,12 +14,19 @@
 --       8 the shard's release schedule (preheat.rs, schedule_of; '' without
 --       waves)
 -- Returns 'MISSING' (no state: a rebuild will use the durable definition)
+--       | 'UNVERIFIED' (its server restarted since it was verified: left
+--         as it is, so the reconciler's check judges the state the restart
+--         left, finds it behind this version and drops it for the rebuild)
 --       | 'CURRENT' (this version or a newer one is here) | 'APPLIED'
 local meta = KEYS[1]
 if redis.call('EXISTS', meta) == 0 then return 'MISSING' end
 local m = redis.call('HMGET', meta, 'version', 'alloc', 'rate', 'burst')
 local version = tonumber(ARGV[1])
 if (tonumber(m[1]) or 0) >= version then return 'CURRENT' end
+-- Added stock would make a shard that ran dry after its snapshot (and lent
+-- its users' claims to borrows the snapshot never saw) look as if it never
+-- had: the check (verify.lua) must see the state as restored.
+if not verified(meta) then return 'UNVERIFIED' end
 local alloc = tonumber(ARGV[6])
 local add = alloc - (tonumber(m[2]) or alloc)
 if add < 0 then

@@ -25,9 +25,6 @@
 --   {'UNVERIFIED'}          (commit or whole) the server restarted since the
 --                           shard was verified: BUSY until the reconciler
 --                           has checked it (verify.lua)
---   {'SKEWED', behindMs}    (commit or whole) the home shard would borrow,
---                           but the caller's clock is more than SKEW_MS
---                           behind the server's: BUSY (see below)
 -- Only WIN and BORROW store a record; rejections store nothing, so a retry
 -- after a rejection is decided afresh (as Stripe does for requests that
 -- never began executing).
@@ -48,18 +45,22 @@ if step == 'admit' then return {'ADMITTED'} end
 -- never on state a restart may have rolled back (lib.lua, verified()).
 if not verified(meta) then return {'UNVERIFIED'} end
 
-expire(meta, gone)
 -- A borrow moves none of this shard's sequence, only its users hash, so a
 -- restart from a snapshot taken before it is caught only by verify.lua
 -- finding the shard dry at some instant since its state's last stamp (w,
--- the server's clock, less SKEW_MS). A caller whose clock lags the server's
--- by more could borrow at an instant before that window (a wave's
--- leftovers were gone on its clock, not yet on the check's): refused, and
--- so the window holds every borrow. Only this path reads the clock.
+-- which only grows) less SKEW_MS. A caller whose clock lags that far behind
+-- the stamp would borrow at an instant before the check's window (a wave
+-- not yet out on its clock, out on the check's): its press is judged at
+-- the window's first instant instead, where the shard either has a unit
+-- for it or is dry for the check to see. Only this path reads the stamp.
 if stock <= 0 then
-  local behind = clock_ms() - now
-  if behind > SKEW_MS then return {'SKEWED', tostring(behind)} end
+  local floor = tonumber(redis.call('HGET', meta, 'w') or '0') - SKEW_MS
+  if floor > now then
+    if floor >= tonumber(m[3]) then return {'ENDED'} end
+    stock, _, _, gone = sellable(tonumber(m[10]), m[14], m[15], floor)
+  end
 end
+expire(meta, gone)
 local ordinal = claimed + 1
 redis.call('HINCRBY', users, user, 1)
 local record = issue(meta, outbox, stock, user, ordinal, request_id, now)

@@ -50,15 +50,30 @@ local function history()
   return string.match(info, 'master_replid:(%x+)'), string.match(info, 'master_replid2:(%x+)')
 end
 
--- How far a caller's clock (the `now` the waves and the window are judged
--- on) may lag the server's before a press homed on a dry shard is refused
--- its borrow (grab.lua), and so the margin verify.lua's window starts with.
+-- The margin verify.lua's window starts with before a shard's last stamp
+-- (w), for the callers' clocks the waves are judged on: a press that would
+-- borrow on a clock further behind the stamp is judged at the stamp less
+-- this instead (grab.lua).
 local SKEW_MS = 2000
 
 -- The server's clock in ms.
 local function clock_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Stamps the shard's state as verified on history `id` now: w never goes
+-- back (a promoted replica's clock, or one stepped back, may be behind the
+-- stamp it inherited), so a window that starts from a snapshot's w starts
+-- no later than any borrow judged since (grab.lua).
+local function stamp_verified(meta, id)
+  local w = math.max(clock_ms(), tonumber(redis.call('HGET', meta, 'w') or '0'))
+  if id then
+    redis.call('HSET', meta, 'run', id, 'w', w)
+  else
+    redis.call('HSET', meta, 'w', w)
+  end
+  return w
 end
 
 -- True if this shard's state may sell: it was written or verified on this
@@ -87,7 +102,7 @@ local function verified(meta)
   local now = clock_ms()
   local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
   if not up or now - up * 1000 + 2000 > tonumber(m[2] or '0') then return false end
-  redis.call('HSET', meta, 'run', id, 'w', now)
+  stamp_verified(meta, id)
   return true
 end
 

@@ -26,7 +26,7 @@
 local meta = KEYS[1]
 if redis.call('EXISTS', meta) == 0 then return {'MISSING'} end
 if verified(meta) then
-  redis.call('HSET', meta, 'w', clock_ms())
+  stamp_verified(meta)
   return {'CURRENT'}
 end
 local id = history()
@@ -43,10 +43,10 @@ if ARGV[2] == '' then
   return {'SUSPECT', since}
 end
 -- Since when borrows may be missing: the state's last stamp (w, the
--- server's clock; the snapshot was taken after it), less the SKEW_MS a
--- borrowing caller's clock may lag the server's (grab.lua refuses a borrow
--- to one further behind), since the waves are judged on the callers'
--- clocks; never before the sale opened (nothing borrows before it). Until
+-- server's clock, never going back; the snapshot was taken after it), less
+-- SKEW_MS, since the waves are judged on the callers' clocks (grab.lua
+-- judges a borrow on a clock further behind the stamp at this instant);
+-- never before the sale opened (nothing borrows before it). Until
 -- the sale's end, not this call's `now`: a caller whose clock runs ahead
 -- may have borrowed at an instant still to come on the reconciler's.
 local to = tonumber(m[7])
@@ -65,6 +65,6 @@ if tonumber(m[1]) < tonumber(ARGV[2]) or (tonumber(m[9]) or 0) < (tonumber(ARGV[
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
   return {'DROPPED'}
 end
-redis.call('HSET', meta, 'run', id, 'w', clock_ms())
+stamp_verified(meta, id)
 redis.call('HDEL', meta, 'suspect')
 return {'CONFIRMED'}

@@ -20,6 +20,12 @@ pub enum ShardApply {
     /// The shard has no state (lost; the reconciler rebuilds it from the
     /// durable definition, which already has the change).
     Missing,
+    /// The shard's server restarted since it was last verified: left as it
+    /// is, so that the reconciler's check judges the state the restart
+    /// left (stock added now would hide that it ran dry). The check finds
+    /// it behind the durable version and drops it; the rebuild then uses
+    /// the durable definition, which has the change.
+    Unverified,
 }
 
 /// The Redis side of administration, one shard at a time: the use case

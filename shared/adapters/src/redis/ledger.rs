@@ -19,18 +19,6 @@ use super::scripts::{evalsha, number, run, GRAB, PEEK, SETTLE, TAKE};
 /// fences are gone a minute after it.
 const FENCE_TTL_MS: u64 = 60_000;
 
-/// Why grab.lua refused a borrow: this instance's clock, on which the
-/// release waves are judged, lags the Redis server's by more than the
-/// margin a restarted shard's check allows (`lua/lib.lua`, `SKEW_MS`). The
-/// press answers BUSY; on AWS both clocks follow the Amazon Time Sync
-/// Service, so seeing this means a clock has gone wrong.
-#[derive(Debug, thiserror::Error)]
-#[error("this instance's clock is {behind_ms} ms behind the Redis server's; a borrow was refused")]
-pub struct ClockBehind {
-    /// By how much, as the script measured it.
-    pub behind_ms: i64,
-}
-
 /// [`StockLedger`] on Redis.
 #[derive(Clone)]
 pub struct RedisLedger {
@@ -93,10 +81,6 @@ impl StockLedger for RedisLedger {
                 _ => return Err(protocol(WHAT, "BORROW without a reservation")),
             },
             Some("ADMITTED") if step == ClaimStep::Admit => ClaimReply::Admitted,
-            Some("SKEWED") => {
-                let behind_ms = number(WHAT, &reply, 1)?;
-                return Err(StoreError::Unavailable(Box::new(ClockBehind { behind_ms })));
-            }
             _ => ClaimReply::Rejected(rejection(WHAT, &reply)?),
         })
     }

@@ -49,6 +49,7 @@ impl LiveSettings for RedisLive {
             "APPLIED" => Ok(ShardApply::Applied),
             "CURRENT" => Ok(ShardApply::Current),
             "MISSING" => Ok(ShardApply::Missing),
+            "UNVERIFIED" => Ok(ShardApply::Unverified),
             other => Err(protocol("apply_settings.lua", format!("unknown reply {other:?}"))),
         }
     }

@@ -40,8 +40,7 @@ pub(super) static RESTORE_REQUESTS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/restore_requests.lua")));
 pub(super) static BUMP_EPOCH: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/bump_epoch.lua")));
-pub(super) static APPLY_SETTINGS: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../../lua/apply_settings.lua")));
+pub(super) static APPLY_SETTINGS: LazyLock<Script> = lua!("apply_settings.lua");
 pub(super) static DROP_IF_BEHIND: LazyLock<Script> = lua!("drop_if_behind.lua");
 pub(super) static RISK_CHECK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/risk_check.lua")));

@@ -54,8 +54,9 @@ pub struct Applied {
     pub applied: u32,
     /// Shards that had it (or a newer one) already.
     pub current: u32,
-    /// Shards without state (lost; the reconciler rebuilds them from the
-    /// durable definition, which already has the change).
+    /// Shards without state (lost), or whose server restarted and which
+    /// the reconciler has not checked yet: it rebuilds them from the
+    /// durable definition, which already has the change.
     pub missing: u32,
 }
 
@@ -66,7 +67,8 @@ impl Applied {
         match shard {
             Applied => self.applied += 1,
             Current => self.current += 1,
-            Missing => self.missing += 1,
+            // Dropped at its check and rebuilt with the change, as a lost one.
+            Missing | Unverified => self.missing += 1,
         }
     }
 }

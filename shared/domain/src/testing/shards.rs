@@ -210,6 +210,9 @@ impl LiveSettings for MemoryShards {
         if s.version >= coupon.version {
             return Ok(ShardApply::Current);
         }
+        if s.restarted.is_some() {
+            return Ok(ShardApply::Unverified);
+        }
         s.version = coupon.version;
         s.status = Some(coupon.definition.status);
         Ok(ShardApply::Applied)
