@@ -11,15 +11,16 @@
 --   'whole'   both in one call, when there is no risk reservation to make.
 -- KEYS: 1 meta, 2 users, 3 req, 4 outbox, 5 borrowing (an admission passes
 --       only the first three: every byte a refusal sends costs Redis CPU)
--- ARGV: 1 step, 2 user id, 3 member level, 4 now (ms), then for a commit or
---       a whole claim 5 request id, 6 outcome ttl (ms)
+-- ARGV: 1 step, 2 user id, 3 member level, 4 now (ms), 5 '1' if the press
+--       carries a verified device id ('' if not), then for a commit or a
+--       whole claim 6 request id, 7 outcome ttl (ms)
 -- Returns {kind, detail}:
 --   {'REPLAY', record}      the request id was seen: its stored record
 --   {'WIN', record}         a unit of this shard's stock was granted
 --   {'BORROW', record}      home shard empty, a claim is reserved: try donors
 --   {'ADMITTED'}            (admit only) nothing refuses the press here
 --   {'NOT_FOUND'} {'OFFLINE'} {'NOT_STARTED', startMs} {'ENDED'}
---   {'NOT_ELIGIBLE', minLevel} {'ALREADY_CLAIMED'} {'SOLD_OUT'}
+--   {'NOT_ELIGIBLE', minLevel} {'DEVICE_REQUIRED'} {'ALREADY_CLAIMED'} {'SOLD_OUT'}
 --   {'BETWEEN_WAVES', nextWaveAtMs}
 --   {'RATE_LIMITED', retryAfterMs}
 --   {'UNVERIFIED'}          (commit or whole) the server restarted since the
@@ -30,7 +31,7 @@
 -- never began executing).
 local meta, users, req, outbox, borrowing = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local step, user, level, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local request_id, ttl = ARGV[5], ARGV[6]
+local device, request_id, ttl = ARGV[5], ARGV[6], ARGV[7]
 
 local prior = redis.call('GET', req)
 if prior then return {'REPLAY', prior} end
@@ -38,7 +39,7 @@ if prior then return {'REPLAY', prior} end
 -- Every refusal the shard decides (lib.lua); the admission takes the rate
 -- limit's token, so a commit does not take a second one.
 local refused, m, claimed, stock, _, gone = refusal(meta, users, user, level, now,
-  step == 'commit' and 'skip' or 'take')
+  step == 'commit' and 'skip' or 'take', device)
 if refused then return refused end
 if step == 'admit' then return {'ADMITTED'} end
 -- A claim writes what sells (a unit, or a reservation that borrows one):

@@ -178,7 +178,10 @@ end
 
 -- The refusals a press's home shard decides, in the order a press hears
 -- them: the one copy of them, for grab.lua's admission and commit and for
--- peek.lua's dry run. `bucket` says what the rate limit does: 'take' takes
+-- peek.lua's dry run. `device` is '1' when the press carries a verified
+-- device id: a coupon that requires one (meta device '1') refuses a press
+-- without, as the risk rule DEVICE_REQUIRED, before anything is reserved.
+-- `bucket` says what the rate limit does: 'take' takes
 -- the press's token (an admission, a whole claim), 'skip' passes it (a
 -- commit: its admission took the token), 'look' only looks (a dry run
 -- changes nothing). Returns the refusal ({kind, detail}), or nil with the
@@ -186,15 +189,16 @@ end
 -- may sell now (its stock less what later waves hold back) and the next
 -- wave's instant (nil without one), and the leftovers of earlier waves a
 -- script that sells writes off first (sellable(), expire()).
-local function refusal(meta, users, user, level, now, bucket)
+local function refusal(meta, users, user, level, now, bucket, device)
   local m = redis.call('HMGET', meta, 'status', 'start_ms', 'end_ms',
     'min_level', 'per_user_limit', 'rate', 'burst', 'tokens', 'bucket_ms',
-    'stock', 'shards', 'soldout', 'epoch', 'waves', 'rollover')
+    'stock', 'shards', 'soldout', 'epoch', 'waves', 'rollover', 'device')
   if not m[1] then return {'NOT_FOUND'} end
   if m[1] ~= 'ONLINE' then return {'OFFLINE'} end
   if now < tonumber(m[2]) then return {'NOT_STARTED', m[2]} end
   if now >= tonumber(m[3]) then return {'ENDED'} end
   if level < tonumber(m[4]) then return {'NOT_ELIGIBLE', m[4]} end
+  if m[16] == '1' and device ~= '1' then return {'DEVICE_REQUIRED'} end
   -- Sold out for certain: one shard only, or a full scan of every shard
   -- found nothing since the last stock increase (soldout is stamped with
   -- the epoch that any increase bumps) or the last wave. Before the per-user count, as the

@@ -3,7 +3,8 @@
 -- release gives back nothing more (it can never free another press's
 -- claim, so no user passes the daily limit through releases).
 -- The user's daily claims:  KEYS: 1 the user's holds  ARGV: 1 '', 2 the press's key
--- The IP's distinct users:  KEYS: 1 the IP's users, 2 the IP's holds
+-- The IP's distinct users, or the device's users and claims (the same shape):
+--                           KEYS: 1 the IP's (device's) users, 2 its holds
 --                           ARGV: 1 user id, 2 the press's key
 if ARGV[1] == '' then
   redis.call('HDEL', KEYS[1], ARGV[2])

@@ -11,6 +11,7 @@ mod bad_input;
 mod bodies;
 mod center;
 mod cluster;
+mod devices;
 mod dry_run;
 mod elasticache;
 mod failover;

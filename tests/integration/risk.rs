@@ -147,6 +147,7 @@ async fn a_repeated_reservation_or_release_counts_once_and_the_daily_limit_holds
                 user: &user,
                 level: 0,
                 request: &request,
+                device: None,
                 now_ms: crate::support::T0,
             };
             risk.reserve(&claim, ip).await.unwrap()

@@ -73,6 +73,7 @@ pub(crate) fn coupon(id: &str, stock: u64, shards: u32) -> CouponDefinition {
         status: CouponStatus::Online,
         waves: Vec::new(),
         rollover: true,
+        device_required: false,
     }
 }
 
@@ -123,7 +124,9 @@ pub(crate) fn grab_config(url: &str, cluster: bool, queue_url: &str, sold_out_ms
             trust_identity_headers: false,
             user_id_claim: "sub".into(),
             member_level_claim: "member_level".into(),
+            device_id_claim: None,
             max_body_bytes: 4_096,
+            origin_secret_arn: None,
         },
         sold_out_memory_ms: sold_out_ms,
         // As long as the SQS timeout: the benchmark measures, it does not
@@ -146,6 +149,7 @@ pub(crate) fn grab_clients(
         dynamodb,
         clock: Arc::new(SystemClock),
         metrics: Arc::new(Silent),
+        origin: None,
     }
 }
 

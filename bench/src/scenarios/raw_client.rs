@@ -108,6 +108,7 @@ async fn raw_loop(env: &BenchEnv, rows: &mut Table, client: &redis::Client, sha:
                 .arg(format!("u{n}"))
                 .arg(0)
                 .arg(now_ms())
+                .arg("")
                 .arg(format!("r{n}"))
                 .arg(3_600_000);
             // BENCH_RAW_THINK_US: client work before each request, to see

@@ -137,6 +137,7 @@ pub(crate) fn redis_benchmark(port: u16, callers: usize, requests: u64, sha: &st
         .arg("u__rand_int__")
         .arg("0")
         .arg(now_ms().to_string())
+        .arg("")
         .arg("r__rand_int__")
         .arg("3600000")
         .output()

@@ -35,7 +35,10 @@ use coupon_domain::grab::{DryRun, Eligibility, GrabError, GrabRequest, GrabServi
 use coupon_domain::ids::{CouponId, RequestId};
 use coupon_domain::metrics::{EmfMetrics, Metrics};
 use coupon_domain::outcome::{GrabOutcome, Rejection};
-use coupon_edge::{header_str, json_body, page_limit, Detail, ErrorCode, Lang, Reply};
+use coupon_edge::{
+    came_through_edge, header_str, json_body, page_limit, risk_message, Detail, ErrorCode, Lang, OriginSecret, Reply,
+    AROUND_THE_EDGE,
+};
 pub use coupon_edge::{identity, Caller, EdgeSettings};
 use lambda_http::http::header;
 use lambda_http::{Body, Request, RequestExt, Response};
@@ -56,6 +59,9 @@ pub struct GrabApp {
     pub center: CouponCenter,
     /// How to read requests.
     pub edge: EdgeSettings,
+    /// With the CloudFront and WAF edge in front: the secret its requests
+    /// carry; a request without it is refused (403).
+    pub origin: Option<OriginSecret>,
 }
 
 /// The body of `POST /coupons/{couponId}/grab`.
@@ -69,6 +75,10 @@ struct GrabBody {
 /// failures, is rendered as a response with a stable code.
 pub async fn handle(app: &GrabApp, req: Request) -> Result<Response<Body>, Infallible> {
     let lang = Lang::from_accept_language(header_str(req.headers(), "accept-language"));
+    if !came_through_edge(&req, app.origin.as_ref()) {
+        let reply = Reply::error(ErrorCode::Forbidden).with_message(AROUND_THE_EDGE);
+        return Ok(reply.into_response(lang));
+    }
     let reply = match route::route(req.method(), req.uri().path()).into_route() {
         Ok(Route::Grab(raw_coupon)) => grab(app, &req, &raw_coupon).await,
         Ok(Route::Eligibility(raw_coupon)) => eligibility(app, &req, &raw_coupon).await,
@@ -101,6 +111,7 @@ async fn grab(app: &GrabApp, req: &Request, raw_coupon: &str) -> Reply {
         level: caller.level,
         request,
         ip: caller.ip,
+        device: caller.device,
     };
     match app.service.grab(&grab).await {
         Ok(outcome) => outcome_reply(&outcome),
@@ -124,6 +135,7 @@ async fn eligibility(app: &GrabApp, req: &Request, raw_coupon: &str) -> Reply {
         user: caller.user,
         level: caller.level,
         ip: caller.ip,
+        device: caller.device,
     };
     match app.service.eligibility(&ask).await {
         Ok(Eligibility::WouldWin) => Reply::success(json!({"couponId": ask.coupon, "wouldWin": true})),
@@ -157,6 +169,7 @@ fn center_query(req: &Request, caller: Caller) -> Result<CenterQuery, Reply> {
     let mut query = CenterQuery {
         user: caller.user,
         level: caller.level,
+        device: caller.device.is_some(),
         limit: page_limit(params.first("limit"), DEFAULT_PAGE, MAX_PAGE)?,
         after: None,
     };
@@ -232,7 +245,15 @@ pub fn rejection_reply(reason: &Rejection, replayed: bool) -> Reply {
                 .with_data(json!({"retryAfterMs": retry_after_ms}))
                 .with_header(header::RETRY_AFTER, &retry_after_ms.div_ceil(1000).max(1).to_string());
         }
-        Rejection::Risk(r) => (ErrorCode::RiskRejected, json!({"reason": r.as_str()})),
+        Rejection::Risk(r) => {
+            let data = match replayed {
+                true => json!({"reason": r.as_str(), "replayed": true}),
+                false => json!({"reason": r.as_str()}),
+            };
+            return Reply::error(ErrorCode::RiskRejected)
+                .with_data(data)
+                .with_message(risk_message(*r));
+        }
     };
     if replayed {
         data["replayed"] = Value::Bool(true);
@@ -253,6 +274,8 @@ pub struct Clients {
     /// Where the function's metrics go (EMF lines in Lambda, a recorder in
     /// tests).
     pub metrics: Arc<dyn Metrics>,
+    /// The edge's origin secret, if one is configured.
+    pub origin: Option<OriginSecret>,
 }
 
 impl Clients {
@@ -266,6 +289,9 @@ impl Clients {
             dynamodb: coupon_adapters::dynamodb::Client::new(&sdk),
             clock: Arc::new(SystemClock),
             metrics: Arc::new(EmfMetrics::new(config.metrics_namespace.clone(), "grab")),
+            origin: secrets::origin_secret(config.http.origin_secret_arn.as_deref(), &sdk)
+                .await?
+                .and_then(|s| OriginSecret::new(&s)),
         })
     }
 }
@@ -313,7 +339,11 @@ pub fn ports(config: &Config, clients: Clients) -> Ports {
 /// The grab function over `clients`: the one wiring `main.rs`, the
 /// integration tests and the benchmark share.
 pub fn wire(config: &Config, clients: Clients) -> GrabApp {
-    wire_ports(config, ports(config, clients))
+    let origin = clients.origin.clone();
+    GrabApp {
+        origin,
+        ..wire_ports(config, ports(config, clients))
+    }
 }
 
 /// The grab function over `ports`, with the settings of `config`.
@@ -328,6 +358,7 @@ pub fn wire_ports(config: &Config, ports: Ports) -> GrabApp {
         service: GrabService::new(ports.grab, config.sold_out_memory_ms).with_send_budget(config.send_budget_ms),
         center,
         edge: config.http.clone(),
+        origin: None,
     }
 }
 

@@ -17,7 +17,9 @@ fn edge(trust: bool) -> EdgeSettings {
         trust_identity_headers: trust,
         user_id_claim: "sub".into(),
         member_level_claim: "member_level".into(),
+        device_id_claim: None,
         max_body_bytes: 4096,
+        origin_secret_arn: None,
     }
 }
 
@@ -56,6 +58,71 @@ fn claims_win_over_headers_even_in_the_local_mode() {
     let mut req = fixture("jwt");
     req.headers_mut().insert("x-user-id", "victim".parse().unwrap());
     assert_eq!(identity(&req, &edge(true)).unwrap().user.as_str(), "user-7f3a");
+}
+
+fn with_device_claim(mut edge: EdgeSettings) -> EdgeSettings {
+    edge.device_id_claim = Some("device_id".into());
+    edge
+}
+
+#[test]
+fn the_device_comes_from_the_configured_claim_and_from_nothing_else() {
+    let device = |req: &Request, edge: &EdgeSettings| identity(req, edge).unwrap().device;
+    let jwt = fixture("jwt");
+    assert_eq!(
+        device(&jwt, &with_device_claim(edge(false))).unwrap().as_str(),
+        "ios-3b9c"
+    );
+    assert_eq!(device(&jwt, &edge(false)), None, "no claim configured: no device");
+    // A header beside a token names no device, even in the local mode.
+    let mut req = fixture("jwt");
+    req.headers_mut().insert("x-device-id", "forged".parse().unwrap());
+    assert_eq!(device(&req, &edge(true)), None);
+    assert_eq!(
+        device(&req, &with_device_claim(edge(true))).unwrap().as_str(),
+        "ios-3b9c"
+    );
+}
+
+#[test]
+fn behind_the_edge_the_address_is_the_viewer_s_as_cloudfront_reports_it() {
+    let mut behind = edge(false);
+    behind.origin_secret_arn = Some("arn:aws:secretsmanager:us-east-1:1:secret:edge".into());
+    let mut req = fixture("jwt");
+    req.headers_mut()
+        .insert("x-viewer-ip", "198.51.100.77".parse().unwrap());
+    assert_eq!(
+        identity(&req, &behind).unwrap().ip.unwrap().to_string(),
+        "198.51.100.77"
+    );
+    assert_eq!(
+        identity(&fixture("jwt"), &behind).unwrap().ip,
+        None,
+        "CloudFront's own address is no client's"
+    );
+    assert_eq!(
+        identity(&req, &edge(false)).unwrap().ip.unwrap().to_string(),
+        "203.0.113.7"
+    );
+}
+
+#[test]
+fn the_local_mode_reads_the_device_header_when_there_is_no_token() {
+    let caller = identity(&fixture("url"), &edge(true)).unwrap();
+    assert_eq!(caller.device.unwrap().as_str(), "local-phone");
+}
+
+#[test]
+fn a_device_claim_that_cannot_be_a_key_is_no_device() {
+    let json = include_str!("../../../tests/fixtures/grab_jwt.json").replace("ios-3b9c", "{slot}");
+    let req = lambda_http::request::from_str(&json).unwrap();
+    let caller = identity(&req, &with_device_claim(edge(false))).unwrap();
+    assert_eq!(caller.device, None);
+    assert_eq!(
+        caller.user.as_str(),
+        "user-7f3a",
+        "the press still counts as the user's"
+    );
 }
 
 #[test]
@@ -153,6 +220,29 @@ async fn a_winning_press_is_200_success_and_its_grant_is_queued() {
     let sent = queue.sent.lock().unwrap();
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].user_id.as_str(), "user-7f3a", "the user is the token's subject");
+}
+
+/// With the CloudFront and WAF edge in front, a request that did not come
+/// through it (the API's own endpoint called directly) is refused before
+/// anything is read, and one with the edge's header is served.
+#[tokio::test]
+async fn behind_the_edge_a_request_without_its_secret_is_403_and_touches_no_store() {
+    let queue = Arc::new(FakeQueue::default());
+    let mut guarded = app(won(), queue.clone());
+    guarded.origin = OriginSecret::new("edge-secret-1");
+    let (status, body) = answer(&guarded, fixture("jwt")).await;
+    assert_eq!((status, body["code"].as_str()), (403, Some("FORBIDDEN")), "{body}");
+    assert_eq!(body["message"], "Call the API through its public address.");
+    let mut forged = fixture("jwt");
+    forged.headers_mut().insert("x-origin-verify", "guess".parse().unwrap());
+    assert_eq!(answer(&guarded, forged).await.0, 403);
+    assert!(queue.sent.lock().unwrap().is_empty());
+    let mut through = fixture("jwt");
+    through
+        .headers_mut()
+        .insert("x-origin-verify", "edge-secret-1".parse().unwrap());
+    let (status, body) = answer(&guarded, through).await;
+    assert_eq!((status, body["code"].as_str()), (200, Some("SUCCESS")), "{body}");
 }
 
 #[tokio::test]
@@ -284,6 +374,7 @@ fn center_app(ids: &[&str]) -> GrabApp {
             status: CouponStatus::Online,
             waves: Vec::new(),
             rollover: true,
+            device_required: false,
         });
         standings.remaining.lock().unwrap().insert(coupon.clone(), 80);
         standings.answers.lock().unwrap().insert(

@@ -28,7 +28,8 @@ use coupon_domain::remind::{RemindError, Reminders};
 use coupon_domain::user_coupon::{CouponState, GrantStatus};
 use coupon_domain::wallet::{CouponQuery, Cursor, WalletService, MAX_PAGE};
 use coupon_edge::{
-    by_method, header_str, identity, page_limit, EdgeSettings, ErrorCode, Lang, Matched, Reply, Segments,
+    by_method, came_through_edge, header_str, identity, page_limit, EdgeSettings, ErrorCode, Lang, Matched,
+    OriginSecret, Reply, Segments, AROUND_THE_EDGE,
 };
 use lambda_http::http::Method;
 use lambda_http::{Body, Request, RequestExt, Response};
@@ -46,6 +47,9 @@ pub struct Wallet {
     pub reminders: Reminders,
     /// Identity rules.
     pub edge: EdgeSettings,
+    /// With the CloudFront and WAF edge in front: the secret its requests
+    /// carry; a request without it is refused (403).
+    pub origin: Option<OriginSecret>,
 }
 
 /// What a request asks for.
@@ -87,6 +91,10 @@ pub fn route(method: &Method, path: &str) -> Matched<Route> {
 /// Serves one request; never fails, never panics.
 pub async fn handle(wallet: &Wallet, req: Request) -> Result<Response<Body>, Infallible> {
     let lang = Lang::from_accept_language(header_str(req.headers(), "accept-language"));
+    if !came_through_edge(&req, wallet.origin.as_ref()) {
+        let reply = Reply::error(ErrorCode::Forbidden).with_message(AROUND_THE_EDGE);
+        return Ok(reply.into_response(lang));
+    }
     let reply = match route(req.method(), req.uri().path()).into_route() {
         Err(reply) => reply,
         Ok(route) => match identity(&req, &wallet.edge) {
@@ -199,6 +207,8 @@ pub struct Clients {
     pub dynamodb: dynamodb::Client,
     /// Time: what has expired.
     pub clock: Arc<dyn Clock>,
+    /// The edge's origin secret, if one is configured.
+    pub origin: Option<OriginSecret>,
 }
 
 impl Clients {
@@ -209,6 +219,9 @@ impl Clients {
             redis: secrets::connect_redis(&config.redis, &sdk).await?,
             dynamodb: dynamodb::Client::new(&sdk),
             clock: Arc::new(SystemClock),
+            origin: secrets::origin_secret(config.http.origin_secret_arn.as_deref(), &sdk)
+                .await?
+                .and_then(|s| OriginSecret::new(&s)),
         })
     }
 }
@@ -230,6 +243,7 @@ pub fn wire(config: &Config, clients: Clients) -> Wallet {
             clients.clock,
         ),
         edge: config.http.clone(),
+        origin: clients.origin,
     }
 }
 
@@ -257,8 +271,11 @@ mod tests {
                 trust_identity_headers: false,
                 user_id_claim: "sub".into(),
                 member_level_claim: "member_level".into(),
+                device_id_claim: None,
                 max_body_bytes: 4096,
+                origin_secret_arn: None,
             },
+            origin: None,
         }
     }
 
@@ -288,6 +305,20 @@ mod tests {
             (404, "GRANT_NOT_FOUND".into())
         );
         assert_eq!(code(&w, get("/me/grants/a%20b")).await, (400, "INVALID_REQUEST".into()));
+    }
+
+    #[tokio::test]
+    async fn behind_the_edge_a_request_without_its_secret_is_403() {
+        let outbox = Arc::new(MemoryOutbox::default());
+        outbox.add(&UserId::parse("user-7f3a").unwrap(), "c1-0-1");
+        let mut w = wallet(outbox);
+        w.origin = OriginSecret::new("edge-secret-2");
+        assert_eq!(code(&w, get("/me/grants/c1-0-1")).await, (403, "FORBIDDEN".into()));
+        let mut through = get("/me/grants/c1-0-1");
+        through
+            .headers_mut()
+            .insert("x-origin-verify", "edge-secret-2".parse().unwrap());
+        assert_eq!(code(&w, through).await, (200, "SUCCESS".into()));
     }
 
     fn with_query(req: Request, pairs: &[(&str, &str)]) -> Request {

@@ -1,4 +1,5 @@
-//! The Secrets Manager adapter: the Redis auth token, read once at cold start.
+//! The Secrets Manager adapter: the Redis auth token and the edge's origin
+//! secret, read once at cold start.
 //!
 //! ElastiCache in-transit encryption with an auth token: the token lives in
 //! Secrets Manager (the template generates it), the function reads it when it
@@ -10,6 +11,41 @@ use crate::config::RedisSettings;
 use crate::redis::Redis;
 use coupon_domain::error::StoreError;
 
+/// Reads a secret's string value, once at cold start: the Redis auth
+/// token, the edge's origin secret.
+pub async fn read_secret(arn: &str, sdk: &aws_config::SdkConfig, what: &'static str) -> Result<String, StoreError> {
+    let out = Client::new(sdk)
+        .get_secret_value()
+        .secret_id(arn)
+        .send()
+        .await
+        .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+    let value = out.secret_string().ok_or_else(|| StoreError::Protocol {
+        what,
+        detail: "the secret has no string value".into(),
+    })?;
+    Ok(value.trim().to_owned())
+}
+
+/// The edge's origin secret (`ORIGIN_VERIFY_SECRET_ARN`), if an edge is
+/// configured: what CloudFront sends in `X-Origin-Verify`. An empty secret
+/// fails the start, as a secret that matched nothing would refuse every
+/// request.
+pub async fn origin_secret(arn: Option<&str>, sdk: &aws_config::SdkConfig) -> Result<Option<String>, StoreError> {
+    const WHAT: &str = "edge origin secret";
+    let Some(arn) = arn else {
+        return Ok(None);
+    };
+    let value = read_secret(arn, sdk, WHAT).await?;
+    if value.is_empty() {
+        return Err(StoreError::Protocol {
+            what: WHAT,
+            detail: "the secret is empty".into(),
+        });
+    }
+    Ok(Some(value))
+}
+
 /// Puts the token from `settings.auth_secret_arn` (if any) into the URL.
 pub async fn resolve_redis_auth(
     settings: RedisSettings,
@@ -18,17 +54,8 @@ pub async fn resolve_redis_auth(
     let Some(arn) = settings.auth_secret_arn.clone() else {
         return Ok(settings);
     };
-    let out = Client::new(sdk)
-        .get_secret_value()
-        .secret_id(&arn)
-        .send()
-        .await
-        .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
-    let token = out.secret_string().ok_or_else(|| StoreError::Protocol {
-        what: "Redis auth secret",
-        detail: "the secret has no string value".into(),
-    })?;
-    Ok(settings.with_auth_token(token.trim()))
+    let token = read_secret(&arn, sdk, "Redis auth secret").await?;
+    Ok(settings.with_auth_token(&token))
 }
 
 /// Resolves the auth token (if any), then connects: what every function

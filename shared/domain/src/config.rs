@@ -111,6 +111,11 @@ pub struct RiskLimits {
     pub daily_claims_per_user: u32,
     /// Distinct users per IP per day; 0 = off.
     pub users_per_ip: u32,
+    /// Distinct users per device per day; 0 = off. A shared phone in a
+    /// family passes; a farm of accounts on one device does not.
+    pub users_per_device: u32,
+    /// Claims per device per day across coupons and users; 0 = off.
+    pub claims_per_device: u32,
     /// Where the risk day starts: minutes east of UTC (480 for China).
     pub day_offset_minutes: i32,
 }
@@ -120,6 +125,8 @@ impl Default for RiskLimits {
         Self {
             daily_claims_per_user: 5,
             users_per_ip: 10,
+            users_per_device: 3,
+            claims_per_device: 10,
             day_offset_minutes: 0,
         }
     }
@@ -127,14 +134,24 @@ impl Default for RiskLimits {
 
 impl RiskLimits {
     /// `RISK_DAILY_CLAIMS_PER_USER` (5), `RISK_USERS_PER_IP` (10),
-    /// `RISK_DAY_OFFSET_MINUTES` (0).
+    /// `RISK_USERS_PER_DEVICE` (3), `RISK_CLAIMS_PER_DEVICE` (10),
+    /// `RISK_DAY_OFFSET_MINUTES` (0). The device rules apply only to presses
+    /// that carry a device id, so they are off while no device claim is
+    /// configured (`DEVICE_ID_CLAIM`).
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let d = Self::default();
         Ok(Self {
             daily_claims_per_user: env.number("RISK_DAILY_CLAIMS_PER_USER", d.daily_claims_per_user, 0..=10_000)?,
             users_per_ip: env.number("RISK_USERS_PER_IP", d.users_per_ip, 0..=1_000_000)?,
+            users_per_device: env.number("RISK_USERS_PER_DEVICE", d.users_per_device, 0..=10_000)?,
+            claims_per_device: env.number("RISK_CLAIMS_PER_DEVICE", d.claims_per_device, 0..=100_000)?,
             day_offset_minutes: env.number("RISK_DAY_OFFSET_MINUTES", d.day_offset_minutes, -720..=840)?,
         })
+    }
+
+    /// True if a press with a device id has a device rule to reserve.
+    pub fn device_rules(&self) -> bool {
+        self.users_per_device > 0 || self.claims_per_device > 0
     }
 
     /// The risk day of an instant: days since the epoch in the configured

@@ -53,6 +53,10 @@ fn is_true(b: &bool) -> bool {
     *b
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// Most release waves one coupon may have.
 pub const MAX_WAVES: usize = 48;
 
@@ -116,6 +120,15 @@ pub struct CouponDefinition {
     /// default) or expire when the next is released (false).
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub rollover: bool,
+    /// Only presses whose verified identity carries an attested device id
+    /// (the `DEVICE_ID_CLAIM` of the grab function) may grab: one without
+    /// hears `RISK_REJECTED` with `DEVICE_REQUIRED`, decided by the
+    /// admission, before anything is reserved. For the campaigns bots go
+    /// for; an app whose tokens carry no device claim must leave it off.
+    /// Left out of the stored JSON when off, so older definitions keep
+    /// their fingerprint. Fixed at creation.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub device_required: bool,
 }
 
 /// Why a definition was refused; names the field so the operator can fix it.

@@ -191,6 +191,42 @@ pub fn cursor_parts(raw: &str) -> Option<(i64, &str)> {
     Some((ms.parse().ok()?, id))
 }
 
+/// A device the caller's identity provider has attested, taken from a
+/// verified JWT claim (never from a plain header outside the explicit local
+/// mode), used only as a risk key: the device rules count the distinct
+/// users and the claims of one device per day. The same alphabet as
+/// [`UserId`], for the same reason (braces would move its keys to another
+/// Redis Cluster slot).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DeviceId(String);
+
+impl DeviceId {
+    /// Longest accepted value, in bytes.
+    pub const MAX_LEN: usize = 128;
+
+    /// Parses the claim; `None` for a value that cannot be a key (empty,
+    /// too long, outside printable ASCII, braces): the press then carries
+    /// no device, which a coupon that requires one refuses.
+    pub fn parse(raw: &str) -> Option<Self> {
+        let raw = raw.trim();
+        let ok = !raw.is_empty()
+            && raw.len() <= Self::MAX_LEN
+            && raw.chars().all(|c| c.is_ascii_graphic() && !matches!(c, '{' | '}'));
+        ok.then(|| Self(raw.to_owned()))
+    }
+
+    /// The id as it appears in keys.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// The client address as API Gateway saw it, used only as a risk key.
 /// Parsed as an IP address so that nothing else can reach a Redis key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -339,6 +375,14 @@ mod tests {
         }
         for bad in ["{u}", "a}b", "a b", ""] {
             assert!(UserId::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_device_id_that_could_not_be_a_key_is_no_device() {
+        assert_eq!(DeviceId::parse(" dev-42:abc ").unwrap().as_str(), "dev-42:abc");
+        for bad in ["", "  ", "a b", "{x}", "é", &"d".repeat(129)] {
+            assert!(DeviceId::parse(bad).is_none(), "{bad:?}");
         }
     }
 

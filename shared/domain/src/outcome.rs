@@ -49,6 +49,13 @@ pub enum RiskReason {
     DailyLimit,
     /// Too many distinct users grabbed from this IP today.
     IpLimit,
+    /// The coupon admits only presses from an attested device, and this
+    /// one carries no device id.
+    DeviceRequired,
+    /// Too many distinct users grabbed from this device today.
+    DeviceUserLimit,
+    /// This device reached its claims for the day.
+    DeviceClaimLimit,
 }
 
 impl RiskReason {
@@ -58,6 +65,9 @@ impl RiskReason {
             Self::Blacklisted => "BLACKLISTED",
             Self::DailyLimit => "DAILY_LIMIT",
             Self::IpLimit => "IP_LIMIT",
+            Self::DeviceRequired => "DEVICE_REQUIRED",
+            Self::DeviceUserLimit => "DEVICE_USER_LIMIT",
+            Self::DeviceClaimLimit => "DEVICE_CLAIM_LIMIT",
         }
     }
 }

@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use coupon_domain::outcome::RiskReason;
+
 /// The language of a human message, chosen from `Accept-Language`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Lang {
@@ -111,6 +113,37 @@ error_codes! {
     Busy => "BUSY", 503, "The service is busy; try again shortly.", "服务繁忙，请稍后再试。";
 }
 
+/// The human message of a `RISK_REJECTED` answer by its `reason`, in
+/// English and Chinese (in that order): the one rule refused the user tells them what it
+/// was (the generic message of the code says only "risk control"). The
+/// reason itself is the stable, machine-readable part (`data.reason`).
+pub fn risk_message(reason: RiskReason) -> (&'static str, &'static str) {
+    use RiskReason::*;
+    match reason {
+        Blacklisted => ("This account cannot grab coupons.", "该账号暂时无法领取优惠券。"),
+        DailyLimit => (
+            "You have grabbed as many coupons as allowed today.",
+            "您今日领取优惠券的次数已达上限。",
+        ),
+        IpLimit => (
+            "Too many accounts have grabbed from this network today.",
+            "该网络今日领取优惠券的账号过多。",
+        ),
+        DeviceRequired => (
+            "This coupon can only be grabbed in the app on a verified device.",
+            "该优惠券仅限在已认证设备上的App内领取。",
+        ),
+        DeviceUserLimit => (
+            "Too many accounts have grabbed from this device today.",
+            "该设备今日领取优惠券的账号过多。",
+        ),
+        DeviceClaimLimit => (
+            "This device has grabbed as many coupons as allowed today.",
+            "该设备今日领取优惠券的次数已达上限。",
+        ),
+    }
+}
+
 impl fmt::Display for ErrorCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -164,6 +197,24 @@ mod tests {
             rows, expected,
             "docs/api.md's code table must match ErrorCode, in order"
         );
+    }
+
+    #[test]
+    fn docs_api_md_gives_every_risk_refusal_its_message_in_both_languages() {
+        use coupon_domain::outcome::RiskReason::*;
+        let doc = include_str!("../../../docs/api.md");
+        for reason in [
+            Blacklisted,
+            DailyLimit,
+            IpLimit,
+            DeviceRequired,
+            DeviceUserLimit,
+            DeviceClaimLimit,
+        ] {
+            let (en, zh) = risk_message(reason);
+            let row = format!("| `{}` | {en} | {zh} |", reason.as_str());
+            assert!(doc.contains(&row), "docs/api.md lacks the row {row}");
+        }
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub struct Reply {
     code: ErrorCode,
     data: Data,
     headers: Vec<(HeaderName, HeaderValue)>,
+    /// A message more precise than the code's: English, Chinese.
+    message: Option<(&'static str, &'static str)>,
 }
 
 impl Reply {
@@ -44,6 +46,7 @@ impl Reply {
             code: ErrorCode::Success,
             data: Data::Tree(data),
             headers: Vec::new(),
+            message: None,
         }
     }
 
@@ -60,6 +63,7 @@ impl Reply {
             code: ErrorCode::Success,
             data,
             headers: Vec::new(),
+            message: None,
         }
     }
 
@@ -69,6 +73,7 @@ impl Reply {
             code,
             data: Data::Tree(Value::Null),
             headers: Vec::new(),
+            message: None,
         }
     }
 
@@ -93,6 +98,13 @@ impl Reply {
         self
     }
 
+    /// A message more precise than the code's (the risk rule that refused,
+    /// [`crate::error::risk_message`]): ours, in English and Chinese.
+    pub fn with_message(mut self, (en, zh): (&'static str, &'static str)) -> Self {
+        self.message = Some((en, zh));
+        self
+    }
+
     /// Adds a header (values are ours, so they are always valid).
     pub fn with_header(mut self, name: HeaderName, value: &str) -> Self {
         if let Ok(v) = HeaderValue::from_str(value) {
@@ -110,7 +122,11 @@ impl Reply {
     pub fn into_response(self, lang: Lang) -> Response<Body> {
         let envelope = Envelope {
             code: self.code.as_str(),
-            message: self.code.message(lang),
+            message: match (self.message, lang) {
+                (Some((en, _)), Lang::En) => en,
+                (Some((_, zh)), Lang::Zh) => zh,
+                (None, _) => self.code.message(lang),
+            },
             data: &self.data,
         };
         // Serializing strings and a tree of our own cannot fail.

@@ -45,6 +45,7 @@ async fn reserve_borrow(h: &Harness, coupon: &CouponId, user: &UserId, home: u32
         user,
         level: 0,
         request: &request,
+        device: None,
         now_ms: h.clock.now_ms(),
     };
     assert!(matches!(
@@ -178,6 +179,7 @@ async fn a_borrow_whose_record_expired_gives_its_claim_back_once() {
         user: &user,
         level: 0,
         request: &request,
+        device: None,
         now_ms: h.clock.now_ms(),
     };
     let ledger = h.stock_ledger();

@@ -84,6 +84,7 @@ async fn a_grant_whose_lambda_died_after_the_lua_call_is_re_driven() {
         user: &user,
         level: 0,
         request: &request,
+        device: None,
         now_ms: h.clock.now_ms(),
     };
     assert!(matches!(

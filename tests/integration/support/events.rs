@@ -70,10 +70,15 @@ pub fn decode(resp: lambda_http::Response<Body>) -> Resp {
 pub struct Event(Value);
 
 impl Event {
-    /// `tests/fixtures/grab_jwt.json`, for `user` (level 2) grabbing `coupon`.
+    /// `tests/fixtures/grab_jwt.json`, for `user` (level 2) grabbing `coupon`,
+    /// from no device (the fixture's device claim dropped: a test that
+    /// means one says so with [`Self::device`]).
     pub fn grab(coupon: &str, user: &str, request_id: &str) -> Self {
         let mut v: Value = serde_json::from_str(include_str!("../../fixtures/grab_jwt.json")).unwrap();
         v["requestContext"]["authorizer"]["jwt"]["claims"]["sub"] = user.into();
+        if let Some(claims) = v["requestContext"]["authorizer"]["jwt"]["claims"].as_object_mut() {
+            claims.remove("device_id");
+        }
         let mut e = Self(v).path(&format!("/coupons/{coupon}/grab"));
         e.0["pathParameters"]["couponId"] = coupon.into();
         e.body(&json!({ "requestId": request_id }).to_string())
@@ -140,6 +145,13 @@ impl Event {
 
     pub fn level(mut self, level: &str) -> Self {
         self.0["requestContext"]["authorizer"]["jwt"]["claims"]["member_level"] = level.into();
+        self
+    }
+
+    /// The attested device id, in the claim the harness configures
+    /// (`device_id`).
+    pub fn device(mut self, device: &str) -> Self {
+        self.0["requestContext"]["authorizer"]["jwt"]["claims"]["device_id"] = device.into();
         self
     }
 

@@ -47,6 +47,8 @@ impl Default for Options {
             risk: RiskLimits {
                 daily_claims_per_user: 5,
                 users_per_ip: 10,
+                users_per_device: 3,
+                claims_per_device: 10,
                 day_offset_minutes: 0,
             },
             sold_out_memory_ms: 1_000,
@@ -144,7 +146,9 @@ impl Harness {
                 trust_identity_headers: opts.trust_identity_headers,
                 user_id_claim: "sub".into(),
                 member_level_claim: "member_level".into(),
+                device_id_claim: Some("device_id".into()),
                 max_body_bytes: opts.max_body_bytes,
+                origin_secret_arn: None,
             },
             sold_out_memory_ms: opts.sold_out_memory_ms,
             // As long as the SQS timeout above: moto under the whole suite's
@@ -169,6 +173,7 @@ impl Harness {
                 dynamodb: stack.ddb.clone(),
                 clock: Arc::new(clock.clone()),
                 metrics: metrics.clone(),
+                origin: None,
             },
         ));
         let tables = Tables::new(stack.ddb.clone(), &stack.tables);
@@ -204,6 +209,7 @@ impl Harness {
             status: CouponStatus::Online,
             waves: Vec::new(),
             rollover: true,
+            device_required: false,
         }
     }
 
@@ -284,6 +290,7 @@ impl Harness {
                 dynamodb: self.stack.ddb.clone(),
                 clock: Arc::new(self.clock.clone()),
                 metrics: self.metrics.clone(),
+                origin: None,
             },
         ))
     }
@@ -301,6 +308,7 @@ impl Harness {
                 dynamodb: self.stack.ddb.clone(),
                 clock: Arc::new(self.clock.clone()),
                 metrics: self.metrics.clone(),
+                origin: None,
             },
         ));
         Self {

@@ -37,6 +37,7 @@ impl Harness {
                 redis: self.redis.clone(),
                 dynamodb: self.stack.ddb.clone(),
                 clock: std::sync::Arc::new(self.clock.clone()),
+                origin: None,
             },
         )
     }

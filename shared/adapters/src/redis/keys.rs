@@ -3,12 +3,13 @@
 //! Every key of one stock shard carries the hash tag `{cpn:<coupon>:<shard>}`,
 //! so a script that touches them is valid on Redis Cluster (one slot), and a
 //! hot coupon's shards land in different slots (and, on a cluster, nodes).
-//! Risk keys carry `{usr:<user>}` or `{ip:<address>}`: one slot each.
+//! Risk keys carry `{usr:<user>}`, `{ip:<address>}` or `{dev:<device>}`:
+//! one slot each.
 //!
 //! Ids are parsed newtypes ([`coupon_domain::ids`]): none can contain a brace before
 //! the tag closes, so no input can move a key to another slot.
 
-use coupon_domain::ids::{ClientIp, CouponId, RequestId, UserId};
+use coupon_domain::ids::{ClientIp, CouponId, DeviceId, RequestId, UserId};
 
 /// Builds keys under an optional prefix (one Redis shared by environments,
 /// or by parallel tests).
@@ -58,6 +59,19 @@ impl KeySpace {
     /// (`<user>|<coupon>:<requestId>`), so a repeated release frees once.
     pub fn ip_holds(&self, ip: ClientIp, day: i64) -> String {
         format!("{}{{ip:{}}}:holds:{}", self.prefix, ip, day)
+    }
+
+    /// user -> presses holding a place, for the users seen on `device` on
+    /// risk day `day` (its size is the device's distinct users).
+    pub fn device_users(&self, device: &DeviceId, day: i64) -> String {
+        format!("{}{{dev:{}}}:seen:{}", self.prefix, device, day)
+    }
+
+    /// The presses holding one of `device`'s claims on risk day `day`
+    /// (`<user>|<coupon>:<requestId>`; its size is the device's claims), so
+    /// a repeated reserve or release counts once.
+    pub fn device_holds(&self, device: &DeviceId, day: i64) -> String {
+        format!("{}{{dev:{}}}:holds:{}", self.prefix, device, day)
     }
 }
 
@@ -135,5 +149,8 @@ mod tests {
         let ip = ClientIp::parse("2001:db8::1").unwrap();
         assert_eq!(hash_tag(&ks.ip_users(ip, 5)), "ip:2001:db8::1");
         assert_eq!(hash_tag(&ks.ip_holds(ip, 5)), "ip:2001:db8::1");
+        let device = DeviceId::parse("dev:42").unwrap();
+        assert_eq!(hash_tag(&ks.device_users(&device, 5)), "dev:dev:42");
+        assert_eq!(hash_tag(&ks.device_holds(&device, 5)), "dev:dev:42");
     }
 }

@@ -7,7 +7,7 @@ use coupon_domain::grab::ports::{
     BorrowEnd, Claim, ClaimReply, ClaimStep, Peek, PeekReply, Recorded, StockLedger, TakeReply,
 };
 use coupon_domain::ids::CouponId;
-use coupon_domain::outcome::Rejection;
+use coupon_domain::outcome::{Rejection, RiskReason};
 use redis::AsyncCommands;
 
 use super::conn::{protocol, unavailable, Redis};
@@ -64,7 +64,8 @@ impl StockLedger for RedisLedger {
         })
         .arg(claim.user.as_str())
         .arg(claim.level)
-        .arg(claim.now_ms);
+        .arg(claim.now_ms)
+        .arg(device_flag(claim.device.is_some()));
         if !admit {
             cmd.arg(claim.request.as_str()).arg(self.redis.outcome_ttl_ms);
         }
@@ -94,7 +95,8 @@ impl StockLedger for RedisLedger {
             .arg(k.users())
             .arg(peek.user.as_str())
             .arg(peek.level)
-            .arg(peek.now_ms);
+            .arg(peek.now_ms)
+            .arg(device_flag(peek.device));
         let reply: Vec<String> = run(&mut conn, &PEEK, &cmd).await.map_err(unavailable)?;
         Ok(match reply.first().map(String::as_str) {
             Some("OPEN") => PeekReply::Open,
@@ -217,6 +219,16 @@ impl StockLedger for RedisLedger {
     }
 }
 
+/// How a press tells the scripts it carries a verified device id
+/// (`lua/lib.lua`, `refusal()`): one byte, or none.
+pub(super) fn device_flag(device: bool) -> &'static str {
+    if device {
+        "1"
+    } else {
+        ""
+    }
+}
+
 /// The reason of a `CLOSED` reply: the coupon taken offline or its window
 /// over.
 fn closed_reason(what: &'static str, reason: Option<&String>) -> Result<Rejection, StoreError> {
@@ -245,6 +257,7 @@ pub(super) fn rejection(what: &'static str, reply: &[String]) -> Result<Rejectio
         Some("NOT_ELIGIBLE") => Rejection::NotEligible {
             min_level: number(what, reply, 1)?,
         },
+        Some("DEVICE_REQUIRED") => Rejection::Risk(RiskReason::DeviceRequired),
         Some("ALREADY_CLAIMED") => Rejection::AlreadyClaimed,
         Some("SOLD_OUT") => Rejection::SoldOut,
         Some("RATE_LIMITED") => Rejection::RateLimited {

@@ -61,6 +61,9 @@ pub(super) fn meta_fields(
         ("waves", schedule_of(def, shard)),
         // '0': a wave's unclaimed units expire when the next is out.
         ("rollover", if def.rollover { "1" } else { "0" }.to_owned()),
+        // '1': a press without a verified device id is refused
+        // (lua/lib.lua, refusal()).
+        ("device", if def.device_required { "1" } else { "0" }.to_owned()),
         ("total", def.total_stock.to_string()),
         // The definition version applied; changes carry higher ones.
         ("version", version.to_string()),

@@ -1,19 +1,23 @@
-//! The risk guard on Redis: blacklist, daily claims per user and distinct
-//! users per IP, reserved in the user's and the IP's own slots before the
-//! grab and released when it does not win.
+//! The risk guard on Redis: blacklist, daily claims per user, distinct
+//! users per IP, and distinct users and claims per device, reserved in the
+//! user's, the IP's and the device's own slots before the grab and released
+//! when it does not win.
 
 use async_trait::async_trait;
 use coupon_domain::config::RiskLimits;
 use coupon_domain::error::StoreError;
 use coupon_domain::grab::ports::{Claim, RiskDecision, RiskGuard, RiskHold};
-use coupon_domain::ids::{ClientIp, CouponId, RequestId, UserId};
+use coupon_domain::ids::{ClientIp, CouponId, DeviceId, RequestId, UserId};
 use coupon_domain::outcome::RiskReason;
 
 use super::conn::{unavailable, Redis};
-use super::scripts::{RISK_CHECK, RISK_IP, RISK_RELEASE, RISK_USER};
+use super::scripts::{RISK_CHECK, RISK_DEVICE, RISK_IP, RISK_RELEASE, RISK_USER};
 
 /// Risk counters outlive their day by a day, then expire on their own.
 const RISK_TTL_MS: u64 = 2 * 86_400_000;
+
+/// One slot's reply: `None` when the slot had no rule to run.
+type SlotReply = Result<Option<String>, redis::RedisError>;
 
 /// [`RiskGuard`] on Redis, with the configured limits.
 #[derive(Clone)]
@@ -27,6 +31,14 @@ impl RedisRisk {
     pub fn new(redis: Redis, limits: RiskLimits) -> Self {
         Self { redis, limits }
     }
+
+    fn ip_rule(&self, ip: Option<ClientIp>) -> Option<ClientIp> {
+        ip.filter(|_| self.limits.users_per_ip > 0)
+    }
+
+    fn device_rule<'d>(&self, device: Option<&'d DeviceId>) -> Option<&'d DeviceId> {
+        device.filter(|_| self.limits.device_rules())
+    }
 }
 
 #[async_trait]
@@ -37,8 +49,9 @@ impl RiskGuard for RedisRisk {
         let press = press_key(claim.coupon, claim.request);
         let mut user_conn = self.redis.conn.clone();
         let mut ip_conn = self.redis.conn.clone();
-        // Two slots, so two scripts; sent together, they cost one round trip
-        // of latency on the multiplexed connection.
+        let mut device_conn = self.redis.conn.clone();
+        // Three slots, so three scripts; sent together, they cost one round
+        // trip of latency on the multiplexed connection.
         let user_call = async {
             RISK_USER
                 .key(self.redis.keys.user_blacklist(user))
@@ -50,8 +63,8 @@ impl RiskGuard for RedisRisk {
                 .await
         };
         let ip_call = async {
-            match ip {
-                Some(ip) if self.limits.users_per_ip > 0 => RISK_IP
+            match self.ip_rule(ip) {
+                Some(ip) => RISK_IP
                     .key(self.redis.keys.ip_users(ip, day))
                     .key(self.redis.keys.ip_holds(ip, day))
                     .arg(user.as_str())
@@ -61,20 +74,38 @@ impl RiskGuard for RedisRisk {
                     .invoke_async::<String>(&mut ip_conn)
                     .await
                     .map(Some),
-                _ => Ok(None),
+                None => Ok(None),
             }
         };
-        let (user_reply, ip_reply) = tokio::join!(user_call, ip_call);
+        let device_call = async {
+            match self.device_rule(claim.device) {
+                Some(device) => RISK_DEVICE
+                    .key(self.redis.keys.device_users(device, day))
+                    .key(self.redis.keys.device_holds(device, day))
+                    .arg(user.as_str())
+                    .arg(self.limits.users_per_device)
+                    .arg(self.limits.claims_per_device)
+                    .arg(RISK_TTL_MS)
+                    .arg(&press)
+                    .invoke_async::<String>(&mut device_conn)
+                    .await
+                    .map(Some),
+                None => Ok(None),
+            }
+        };
+        let (user_reply, ip_reply, device_reply) = tokio::join!(user_call, ip_call, device_call);
         let mut hold = RiskHold {
             user: user.clone(),
             coupon: claim.coupon.clone(),
             request: claim.request.clone(),
             ip,
+            device: claim.device.cloned(),
             day,
             user_reserved: false,
             ip_reserved: false,
+            device_reserved: false,
         };
-        let outcome = match verdict(&mut hold, user_reply, ip_reply) {
+        let outcome = match verdict(&mut hold, user_reply.map(Some), ip_reply, device_reply) {
             Ok(None) => return Ok(RiskDecision::Allowed(hold)),
             Ok(Some(reason)) => Ok(RiskDecision::Refused(reason)),
             Err(e) => Err(unavailable(e)),
@@ -86,11 +117,18 @@ impl RiskGuard for RedisRisk {
         outcome
     }
 
-    async fn check(&self, user: &UserId, ip: Option<ClientIp>, now_ms: i64) -> Result<Option<RiskReason>, StoreError> {
+    async fn check(
+        &self,
+        user: &UserId,
+        ip: Option<ClientIp>,
+        device: Option<&DeviceId>,
+        now_ms: i64,
+    ) -> Result<Option<RiskReason>, StoreError> {
         let day = self.limits.day(now_ms);
         let mut user_conn = self.redis.conn.clone();
         let mut ip_conn = self.redis.conn.clone();
-        // The same two slots as a reservation, read only, sent together.
+        let mut device_conn = self.redis.conn.clone();
+        // The same slots as a reservation, read only, sent together.
         let user_call = async {
             RISK_CHECK
                 .key(self.redis.keys.user_blacklist(user))
@@ -99,10 +137,11 @@ impl RiskGuard for RedisRisk {
                 .arg(self.limits.daily_claims_per_user)
                 .invoke_async::<String>(&mut user_conn)
                 .await
+                .map(Some)
         };
         let ip_call = async {
-            match ip {
-                Some(ip) if self.limits.users_per_ip > 0 => RISK_CHECK
+            match self.ip_rule(ip) {
+                Some(ip) => RISK_CHECK
                     .key(self.redis.keys.ip_users(ip, day))
                     .arg("ip")
                     .arg(self.limits.users_per_ip)
@@ -110,24 +149,38 @@ impl RiskGuard for RedisRisk {
                     .invoke_async::<String>(&mut ip_conn)
                     .await
                     .map(Some),
-                _ => Ok(None),
+                None => Ok(None),
             }
         };
-        let (user_reply, ip_reply) = tokio::join!(user_call, ip_call);
-        let user_reply = user_reply.map_err(unavailable)?;
-        let ip_reply = ip_reply.map_err(unavailable)?;
-        Ok(match (user_reply.as_str(), ip_reply.as_deref()) {
-            ("BLACKLISTED", _) => Some(RiskReason::Blacklisted),
-            ("DAILY_LIMIT", _) => Some(RiskReason::DailyLimit),
-            (_, Some("IP_LIMIT")) => Some(RiskReason::IpLimit),
-            _ => None,
-        })
+        let device_call = async {
+            match self.device_rule(device) {
+                Some(device) => RISK_CHECK
+                    .key(self.redis.keys.device_users(device, day))
+                    .key(self.redis.keys.device_holds(device, day))
+                    .arg("device")
+                    .arg(self.limits.users_per_device)
+                    .arg(user.as_str())
+                    .arg(self.limits.claims_per_device)
+                    .invoke_async::<String>(&mut device_conn)
+                    .await
+                    .map(Some),
+                None => Ok(None),
+            }
+        };
+        let (user_reply, ip_reply, device_reply) = tokio::join!(user_call, ip_call, device_call);
+        let replies = [user_reply, ip_reply, device_reply];
+        let mut words = Vec::with_capacity(3);
+        for reply in replies {
+            words.push(reply.map_err(unavailable)?);
+        }
+        Ok(refusal([words[0].as_deref(), words[1].as_deref(), words[2].as_deref()]))
     }
 
     async fn release(&self, hold: &RiskHold) -> Result<(), StoreError> {
         let press = press_key(&hold.coupon, &hold.request);
         let mut user_conn = self.redis.conn.clone();
         let mut ip_conn = self.redis.conn.clone();
+        let mut device_conn = self.redis.conn.clone();
         let user_call = async {
             if !hold.user_reserved {
                 return Ok(());
@@ -153,49 +206,63 @@ impl RiskGuard for RedisRisk {
                 _ => Ok(()),
             }
         };
-        let (a, b) = tokio::join!(user_call, ip_call);
-        a.and(b).map_err(unavailable)
+        let device_call = async {
+            match &hold.device {
+                Some(device) if hold.device_reserved => {
+                    RISK_RELEASE
+                        .key(self.redis.keys.device_users(device, hold.day))
+                        .key(self.redis.keys.device_holds(device, hold.day))
+                        .arg(hold.user.as_str())
+                        .arg(&press)
+                        .invoke_async::<()>(&mut device_conn)
+                        .await
+                }
+                _ => Ok(()),
+            }
+        };
+        let (a, b, c) = tokio::join!(user_call, ip_call, device_call);
+        a.and(b).and(c).map_err(unavailable)
     }
 }
 
-/// The key a press's reservations are made under: coupon and request id
-/// (the same request id on another coupon is another press).
-/// The two scripts' replies as one verdict: a refusal (the user's own
-/// rules first), a failure, or none (allowed). What each script reserved
-/// is recorded in `hold` before any error is looked at, so that a
-/// half-failed reservation is given back.
+/// The three slots' replies as one verdict: a refusal (the user's own
+/// rules first, then the IP's, then the device's), a failure, or none
+/// (allowed). What each script reserved is recorded in `hold` before any
+/// error is looked at, so that a half-failed reservation is given back.
 fn verdict(
     hold: &mut RiskHold,
-    user_reply: Result<String, redis::RedisError>,
-    ip_reply: Result<Option<String>, redis::RedisError>,
+    user_reply: SlotReply,
+    ip_reply: SlotReply,
+    device_reply: SlotReply,
 ) -> Result<Option<RiskReason>, redis::RedisError> {
-    let user_verdict = match &user_reply {
-        Ok(v) => {
-            hold.user_reserved = v == "RESERVED";
-            Some(v.as_str())
-        }
-        Err(_) => None,
-    };
-    let ip_verdict = match &ip_reply {
-        Ok(v) => {
-            hold.ip_reserved = v.as_deref() == Some("RESERVED");
-            v.as_deref()
-        }
-        Err(_) => None,
-    };
-    let refusal = match (user_verdict, ip_verdict) {
-        (Some("BLACKLISTED"), _) => Some(RiskReason::Blacklisted),
-        (Some("DAILY_LIMIT"), _) => Some(RiskReason::DailyLimit),
-        (_, Some("IP_LIMIT")) => Some(RiskReason::IpLimit),
-        _ => None,
-    };
-    match (refusal, user_reply.err().or(ip_reply.err())) {
+    let word = |reply: &SlotReply| reply.as_ref().ok().and_then(|v| v.clone());
+    let words = [word(&user_reply), word(&ip_reply), word(&device_reply)];
+    hold.user_reserved = words[0].as_deref() == Some("RESERVED");
+    hold.ip_reserved = words[1].as_deref() == Some("RESERVED");
+    hold.device_reserved = words[2].as_deref() == Some("RESERVED");
+    let refused = refusal([words[0].as_deref(), words[1].as_deref(), words[2].as_deref()]);
+    let failure = [user_reply, ip_reply, device_reply].into_iter().find_map(Result::err);
+    match (refused, failure) {
         (Some(reason), _) => Ok(Some(reason)),
         (None, Some(e)) => Err(e),
         (None, None) => Ok(None),
     }
 }
 
+/// The first refusal among the user's, the IP's and the device's replies.
+fn refusal(words: [Option<&str>; 3]) -> Option<RiskReason> {
+    words.into_iter().flatten().find_map(|word| match word {
+        "BLACKLISTED" => Some(RiskReason::Blacklisted),
+        "DAILY_LIMIT" => Some(RiskReason::DailyLimit),
+        "IP_LIMIT" => Some(RiskReason::IpLimit),
+        "DEVICE_USER_LIMIT" => Some(RiskReason::DeviceUserLimit),
+        "DEVICE_CLAIM_LIMIT" => Some(RiskReason::DeviceClaimLimit),
+        _ => None,
+    })
+}
+
+/// The key a press's reservations are made under: coupon and request id
+/// (the same request id on another coupon is another press).
 fn press_key(coupon: &CouponId, request: &RequestId) -> String {
     format!("{coupon}:{request}")
 }

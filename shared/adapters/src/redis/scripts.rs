@@ -34,6 +34,8 @@ pub(super) static RISK_USER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/risk_reserve_user.lua")));
 pub(super) static RISK_IP: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/risk_reserve_ip.lua")));
+pub(super) static RISK_DEVICE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../../lua/risk_reserve_device.lua")));
 pub(super) static RESTORE_USERS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/restore_users.lua")));
 pub(super) static RESTORE_REQUESTS: LazyLock<Script> =

@@ -12,7 +12,7 @@ use coupon_domain::ids::CouponId;
 use futures::future::join_all;
 
 use super::conn::{protocol, unavailable, Redis};
-use super::ledger::rejection;
+use super::ledger::{device_flag, rejection};
 use super::scripts::{evalsha, number, run, AVAILABLE, STANDING};
 
 impl Redis {
@@ -59,7 +59,8 @@ impl RedisStandings {
             .arg(k.users())
             .arg(ask.user.as_str())
             .arg(ask.level)
-            .arg(ask.now_ms);
+            .arg(ask.now_ms)
+            .arg(device_flag(ask.device));
         let reply: Vec<String> = run(&mut conn, &STANDING, &cmd).await.map_err(unavailable)?;
         let Some((held, answer)) = reply.split_first() else {
             return Err(protocol(WHAT, "empty reply"));

@@ -46,7 +46,7 @@ use crate::error::StoreError;
 use crate::grab::home_shard;
 use crate::grab::ports::{Peek, PeekReply};
 use crate::ids::{CouponId, UserId};
-use crate::outcome::Rejection;
+use crate::outcome::{Rejection, RiskReason};
 
 pub mod ports;
 pub use ports::{LiveCoupons, Standing, Standings};
@@ -208,6 +208,9 @@ pub struct CenterQuery {
     pub user: UserId,
     /// From the verified identity; 0 if the claim is absent.
     pub level: u32,
+    /// Whether the verified identity carries a device id: a coupon that
+    /// requires one is NOT_ELIGIBLE without it.
+    pub device: bool,
     /// Coupons per page, 1..=[`MAX_PAGE`].
     pub limit: usize,
     /// Start after this coupon; the first page if `None`.
@@ -277,6 +280,10 @@ impl CouponCenter {
         let now_ms = self.clock.now_ms();
         let coupons = self.listing(now_ms).await?;
         let limit = query.limit.clamp(1, MAX_PAGE);
+        let asker = Asker {
+            level: query.level,
+            device: query.device,
+        };
         let mut after = coupons
             .iter()
             .filter(|c| query.after.as_ref().is_none_or(|cursor| cursor.precedes(&c.def)));
@@ -289,19 +296,20 @@ impl CouponCenter {
         // the shard: the rest is decided by the definition.
         let asks: Vec<Peek<'_>> = page
             .iter()
-            .filter(|c| from_definition(&c.def, query.level, now_ms) == OfferState::CanGrab)
+            .filter(|c| from_definition(&c.def, asker, now_ms) == OfferState::CanGrab)
             .map(|c| Peek {
                 coupon: &c.def.coupon_id,
                 home_shard: home_shard(&query.user, c.def.shards),
                 user: &query.user,
                 level: query.level,
+                device: query.device,
                 now_ms,
             })
             .collect();
         let mut answers = self.standings.standings(&asks).await.into_iter();
         let mut offers = Vec::with_capacity(page.len());
         for listed in page {
-            let standing = if from_definition(&listed.def, query.level, now_ms) == OfferState::CanGrab {
+            let standing = if from_definition(&listed.def, asker, now_ms) == OfferState::CanGrab {
                 match answers.next() {
                     Some(Ok(standing)) => Some(standing),
                     Some(Err(e)) => {
@@ -313,7 +321,7 @@ impl CouponCenter {
             } else {
                 None
             };
-            if let Some(offer) = offer(listed, standing, query.level, now_ms, self.settings.few_percent) {
+            if let Some(offer) = offer(listed, standing, asker, now_ms, self.settings.few_percent) {
                 offers.push(offer);
             }
         }
@@ -374,14 +382,24 @@ impl CouponCenter {
     }
 }
 
-/// The state the definition alone gives: the window, the level and the
-/// first wave, in the order a press hears them.
-fn from_definition(def: &CouponDefinition, level: u32, now_ms: i64) -> OfferState {
+/// What the definition alone needs to know of the caller.
+#[derive(Debug, Clone, Copy)]
+struct Asker {
+    level: u32,
+    device: bool,
+}
+
+/// The state the definition alone gives: the window, the level (and the
+/// device a coupon may require) and the first wave, in the order a press
+/// hears them.
+fn from_definition(def: &CouponDefinition, asker: Asker, now_ms: i64) -> OfferState {
     if now_ms < def.grab_start_ms {
         OfferState::NotStarted
     } else if now_ms >= def.grab_end_ms {
         OfferState::Ended
-    } else if level < def.min_member_level {
+    } else if asker.level < def.min_member_level || (def.device_required && !asker.device) {
+        // A press from no attested device is refused by a coupon that
+        // requires one (RISK_REJECTED DEVICE_REQUIRED): not for this caller.
         OfferState::NotEligible
     } else if def.released_by(now_ms) == 0 {
         OfferState::BetweenWaves
@@ -393,7 +411,7 @@ fn from_definition(def: &CouponDefinition, level: u32, now_ms: i64) -> OfferStat
 /// One listed coupon as the caller finds it, from its definition, its
 /// cached stock and (if read) the caller's standing on their home shard;
 /// `None` for a coupon the shard says is offline.
-fn offer(listed: &Listed, standing: Option<Standing>, level: u32, now_ms: i64, few_percent: u32) -> Option<Offer> {
+fn offer(listed: &Listed, standing: Option<Standing>, asker: Asker, now_ms: i64, few_percent: u32) -> Option<Offer> {
     let def = &listed.def;
     // A wave released since the copy was read: the cached count says
     // nothing of what it added.
@@ -425,7 +443,7 @@ fn offer(listed: &Listed, standing: Option<Standing>, level: u32, now_ms: i64, f
     };
     let next_wave = shard_next.or_else(|| def.next_wave_after(now_ms));
     let state = match standing {
-        None => from_definition(def, level, now_ms),
+        None => from_definition(def, asker, now_ms),
         Some(Standing { shard, held: count }) => {
             held = Some(count);
             open = shard == PeekReply::Open;
@@ -436,14 +454,16 @@ fn offer(listed: &Listed, standing: Option<Standing>, level: u32, now_ms: i64, f
                 PeekReply::Rejected(Rejection::NotFound) => {
                     held = None;
                     stock = StockLevel::Unknown;
-                    from_definition(def, level, now_ms)
+                    from_definition(def, asker, now_ms)
                 }
                 PeekReply::Rejected(Rejection::NotStarted { .. }) => OfferState::NotStarted,
                 PeekReply::Rejected(Rejection::Ended) => OfferState::Ended,
                 PeekReply::Rejected(Rejection::BetweenWaves { .. }) if count < def.per_user_limit => {
                     OfferState::BetweenWaves
                 }
-                PeekReply::Rejected(Rejection::NotEligible { .. }) => OfferState::NotEligible,
+                PeekReply::Rejected(Rejection::NotEligible { .. } | Rejection::Risk(RiskReason::DeviceRequired)) => {
+                    OfferState::NotEligible
+                }
                 _ if count >= def.per_user_limit => OfferState::Claimed,
                 PeekReply::Rejected(Rejection::AlreadyClaimed) => OfferState::Claimed,
                 PeekReply::Rejected(Rejection::SoldOut) => OfferState::SoldOut,

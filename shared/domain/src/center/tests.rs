@@ -27,6 +27,7 @@ fn def(id: &str, start: i64) -> CouponDefinition {
         status: CouponStatus::Online,
         waves: Vec::new(),
         rollover: true,
+        device_required: false,
     }
 }
 
@@ -70,6 +71,7 @@ fn query(user: &str) -> CenterQuery {
     CenterQuery {
         user: UserId::parse(user).unwrap(),
         level: 0,
+        device: false,
         limit: DEFAULT_PAGE,
         after: None,
     }
@@ -119,6 +121,28 @@ async fn an_ended_or_offline_coupon_is_not_listed() {
     let page = w.center.page(&query("u1")).await.unwrap();
     let ids: Vec<&str> = page.offers.iter().map(|o| o.coupon_id.as_str()).collect();
     assert_eq!(ids, ["c-on"]);
+}
+
+#[tokio::test]
+async fn a_coupon_that_requires_a_device_is_not_for_a_caller_without_one() {
+    let mut guarded = def("c-device", NOW - 10);
+    guarded.device_required = true;
+    let w = world(vec![guarded]);
+    let offer = only(&w, &query("u1")).await;
+    assert_eq!((offer.state, offer.held), (OfferState::NotEligible, None));
+    assert!(w.shards.asked.lock().unwrap().is_empty(), "decided from the definition");
+    let mut q = query("u1");
+    q.device = true;
+    answer(&w, "c-device", PeekReply::Open, 0);
+    assert_eq!(only(&w, &q).await.state, OfferState::CanGrab);
+    // The shard says so too (a coupon whose definition the copy predates).
+    answer(
+        &w,
+        "c-device",
+        PeekReply::Rejected(Rejection::Risk(RiskReason::DeviceRequired)),
+        0,
+    );
+    assert_eq!(only(&w, &q).await.state, OfferState::NotEligible);
 }
 
 #[tokio::test]

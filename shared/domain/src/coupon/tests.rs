@@ -18,6 +18,7 @@ pub(crate) fn sample() -> CouponDefinition {
         status: CouponStatus::Online,
         waves: Vec::new(),
         rollover: true,
+        device_required: false,
     }
 }
 

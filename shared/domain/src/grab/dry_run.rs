@@ -20,7 +20,7 @@
 
 use tracing::instrument;
 
-use crate::ids::{ClientIp, CouponId, UserId};
+use crate::ids::{ClientIp, CouponId, DeviceId, UserId};
 use crate::outcome::Rejection;
 
 use super::ports::{Peek, PeekReply};
@@ -38,6 +38,8 @@ pub struct DryRun {
     pub level: u32,
     /// From the request context, for the per-IP risk rule.
     pub ip: Option<ClientIp>,
+    /// From the verified identity, for the device rules.
+    pub device: Option<DeviceId>,
 }
 
 /// The answer a press would get now.
@@ -68,6 +70,7 @@ impl GrabService {
             home_shard: home,
             user: &ask.user,
             level: ask.level,
+            device: ask.device.is_some(),
             now_ms,
         };
         let mut next_wave = None;
@@ -88,7 +91,7 @@ impl GrabService {
         };
         // A press gets to the risk rules before it borrows: so does its
         // dry run.
-        if let Some(reason) = self.risk.check(&ask.user, ask.ip, now_ms).await? {
+        if let Some(reason) = self.risk.check(&ask.user, ask.ip, ask.device.as_ref(), now_ms).await? {
             return Ok(Eligibility::Refused(Rejection::Risk(reason)));
         }
         if open {

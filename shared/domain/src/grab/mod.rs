@@ -15,9 +15,10 @@
 //!    certain sell-out, the per-user limit, the rate limit) and replays;
 //!    it reserves nothing. Most presses of a flash sale end here, in one
 //!    round trip.
-//! 3. Risk reservation (blacklist, daily claims, distinct users per IP), in
-//!    the user's and the IP's own Redis slots, only for an admitted press
-//!    and before any stock moves.
+//! 3. Risk reservation (blacklist, daily claims, distinct users per IP,
+//!    distinct users and claims per device), in the user's, the IP's and
+//!    the device's own Redis slots, sent together, only for an admitted
+//!    press and before any stock moves.
 //! 4. The claim ([`ClaimStep::Commit`]): the same script checks again
 //!    (the state may have moved) and, for a winner, deducts stock and
 //!    writes the outbox entry. Nothing was held between 2 and 4, so a press
@@ -52,7 +53,7 @@ use tracing::{instrument, warn};
 use crate::clock::Clock;
 use crate::error::{PublishError, StoreError};
 use crate::grant::GrantRecord;
-use crate::ids::{ClientIp, CouponId, RequestId, UserId};
+use crate::ids::{ClientIp, CouponId, DeviceId, RequestId, UserId};
 use crate::metrics::{Metric, Metrics};
 use crate::outcome::{GrabOutcome, Rejection};
 
@@ -103,6 +104,9 @@ pub struct GrabRequest {
     pub request: RequestId,
     /// From the request context, for the per-IP risk rule.
     pub ip: Option<ClientIp>,
+    /// From the verified identity (a configured JWT claim), for the device
+    /// rules and the coupons that require a device.
+    pub device: Option<DeviceId>,
 }
 
 /// A grab could not be decided; the client should retry with the same id.
@@ -226,6 +230,7 @@ impl GrabService {
             user: &req.user,
             level: req.level,
             request: &req.request,
+            device: req.device.as_ref(),
             now_ms,
         };
 

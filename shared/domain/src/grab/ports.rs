@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use crate::error::{PublishError, StoreError};
 use crate::grant::{Grant, GrantRecord};
-use crate::ids::{ClientIp, CouponId, RequestId, UserId};
+use crate::ids::{ClientIp, CouponId, DeviceId, RequestId, UserId};
 use crate::outcome::{Rejection, RiskReason};
 
 /// Who is grabbing what, routed to the user's home shard.
@@ -21,6 +21,10 @@ pub struct Claim<'a> {
     pub level: u32,
     /// The idempotency key.
     pub request: &'a RequestId,
+    /// The caller's attested device, if the identity carries one: a
+    /// coupon that requires one refuses the press without it, and the
+    /// device rules count it.
+    pub device: Option<&'a DeviceId>,
     /// One instant for every decision of this grab.
     pub now_ms: i64,
 }
@@ -128,6 +132,9 @@ pub struct Peek<'a> {
     pub user: &'a UserId,
     /// The caller's member level (from the identity).
     pub level: u32,
+    /// Whether the caller's identity carries an attested device id (a
+    /// coupon may require one).
+    pub device: bool,
     /// The instant the answer is for.
     pub now_ms: i64,
 }
@@ -189,18 +196,23 @@ pub struct RiskHold {
     pub request: RequestId,
     /// From which address, if known.
     pub ip: Option<ClientIp>,
+    /// From which device, if the identity carries one.
+    pub device: Option<DeviceId>,
     /// The risk day (days since epoch in the configured time zone).
     pub day: i64,
     /// One of the user's daily claims was reserved.
     pub user_reserved: bool,
     /// A reference in the IP's distinct-users set was reserved.
     pub ip_reserved: bool,
+    /// A place among the device's users and one of its daily claims were
+    /// reserved.
+    pub device_reserved: bool,
 }
 
 impl RiskHold {
     /// True if releasing it would change nothing.
     pub fn is_empty(&self) -> bool {
-        !self.user_reserved && !self.ip_reserved
+        !self.user_reserved && !self.ip_reserved && !self.device_reserved
     }
 }
 
@@ -213,17 +225,25 @@ pub enum RiskDecision {
     Refused(RiskReason),
 }
 
-/// Risk checks keyed by user and IP, reserved before the grab so that the
-/// limits hold under concurrency.
+/// Risk checks keyed by user, IP and device, reserved before the grab so
+/// that the limits hold under concurrency.
 #[async_trait]
 pub trait RiskGuard: Send + Sync {
-    /// Checks the blacklist and reserves a daily claim and an IP place for
-    /// one press (`claim.coupon`, `claim.request`). Idempotent per press: a
-    /// retry or a replay finds its reservation and takes nothing more.
+    /// Checks the blacklist and reserves a daily claim, an IP place and,
+    /// for a press with a device (`claim.device`), a device place and one
+    /// of its daily claims, for one press (`claim.coupon`,
+    /// `claim.request`). Idempotent per press: a retry or a replay finds
+    /// its reservation and takes nothing more.
     async fn reserve(&self, claim: &Claim<'_>, ip: Option<ClientIp>) -> Result<RiskDecision, StoreError>;
     /// The dry run of [`Self::reserve`]: whether a fresh press of `user`
-    /// from `ip` would be refused now, reserving nothing.
-    async fn check(&self, user: &UserId, ip: Option<ClientIp>, now_ms: i64) -> Result<Option<RiskReason>, StoreError>;
+    /// from `ip` and `device` would be refused now, reserving nothing.
+    async fn check(
+        &self,
+        user: &UserId,
+        ip: Option<ClientIp>,
+        device: Option<&DeviceId>,
+        now_ms: i64,
+    ) -> Result<Option<RiskReason>, StoreError>;
     /// Gives back what `reserve` took for that press. Idempotent: a repeated
     /// release gives back nothing more.
     async fn release(&self, hold: &RiskHold) -> Result<(), StoreError>;

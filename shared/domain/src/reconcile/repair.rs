@@ -119,6 +119,7 @@ impl Reconciler {
             user,
             level: 0,
             request,
+            device: None,
             now_ms: now,
         };
         if home_shard(user, def.shards) != shard {

@@ -15,7 +15,7 @@ use crate::grab::ports::{
     RiskDecision, RiskGuard, RiskHold, StockLedger, TakeReply,
 };
 use crate::grant::Grant;
-use crate::ids::{ClientIp, CouponId, UserId};
+use crate::ids::{ClientIp, CouponId, DeviceId, UserId};
 use crate::metrics::Metrics;
 use crate::outcome::RiskReason;
 
@@ -142,16 +142,24 @@ impl RiskGuard for FakeRisk {
             coupon: claim.coupon.clone(),
             request: claim.request.clone(),
             ip,
+            device: claim.device.cloned(),
             day: 0,
             user_reserved: true,
             ip_reserved: false,
+            device_reserved: false,
         }))
     }
     async fn release(&self, _: &RiskHold) -> Result<(), StoreError> {
         *self.released.lock().unwrap() += 1;
         Ok(())
     }
-    async fn check(&self, _: &UserId, _: Option<ClientIp>, _: i64) -> Result<Option<RiskReason>, StoreError> {
+    async fn check(
+        &self,
+        _: &UserId,
+        _: Option<ClientIp>,
+        _: Option<&DeviceId>,
+        _: i64,
+    ) -> Result<Option<RiskReason>, StoreError> {
         Ok(self.refuse)
     }
 }
@@ -191,16 +199,24 @@ impl RiskGuard for AllowAll {
             coupon: claim.coupon.clone(),
             request: claim.request.clone(),
             ip,
+            device: claim.device.cloned(),
             day: 0,
             user_reserved: false,
             ip_reserved: false,
+            device_reserved: false,
         }))
     }
 
     async fn release(&self, _hold: &RiskHold) -> Result<(), StoreError> {
         Ok(())
     }
-    async fn check(&self, _: &UserId, _: Option<ClientIp>, _: i64) -> Result<Option<RiskReason>, StoreError> {
+    async fn check(
+        &self,
+        _: &UserId,
+        _: Option<ClientIp>,
+        _: Option<&DeviceId>,
+        _: i64,
+    ) -> Result<Option<RiskReason>, StoreError> {
         Ok(None)
     }
     fn reserves(&self) -> bool {

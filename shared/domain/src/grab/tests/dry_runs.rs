@@ -10,6 +10,7 @@ fn ask(user: &str) -> DryRun {
         user: UserId::parse(user).unwrap(),
         level: 0,
         ip: None,
+        device: None,
     }
 }
 

@@ -74,6 +74,7 @@ fn request(user: &str) -> GrabRequest {
         level: 0,
         request: RequestId::parse("r").unwrap(),
         ip: None,
+        device: None,
     }
 }
 

@@ -93,6 +93,7 @@ fn coupon(total: u64, shards: u32) -> CouponDefinition {
         status: CouponStatus::Online,
         waves: Vec::new(),
         rollover: true,
+        device_required: false,
     }
 }
 
