@@ -8,12 +8,13 @@
 --         its size is the day's claims on the device)
 -- ARGV: 1 user id, 2 limit of distinct users (0 = no limit), 3 limit of
 --       claims (0 = no limit), 4 ttl (ms), 5 the press's key
--- Returns 'DEVICE_USER_LIMIT' | 'DEVICE_CLAIM_LIMIT' | 'RESERVED'
---       | 'OK' (no limit: nothing reserved)
+-- Returns 'DEVICE_USER_LIMIT' | 'DEVICE_CLAIM_LIMIT' | 'RESERVED' (taken
+--       now) | 'HELD' (this press's own, taken before: a refused copy of
+--       the press must not give it back) | 'OK' (no limit: nothing reserved)
 local users, claims = tonumber(ARGV[2]), tonumber(ARGV[3])
 if users <= 0 and claims <= 0 then return 'OK' end
 local member = ARGV[1] .. '|' .. ARGV[5]
-if redis.call('SISMEMBER', KEYS[2], member) == 1 then return 'RESERVED' end
+if redis.call('SISMEMBER', KEYS[2], member) == 1 then return 'HELD' end
 if users > 0 and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0
    and redis.call('HLEN', KEYS[1]) >= users then
   return 'DEVICE_USER_LIMIT'

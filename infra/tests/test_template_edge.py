@@ -38,12 +38,21 @@ def test_the_web_acl_has_ip_reputation_a_rate_per_ip_a_challenge_on_the_presses_
     assert "Block" in r["rate-per-ip"]["Action"]
     challenge = r["challenge-presses"]
     assert "Challenge" in challenge["Action"]
-    ends = {s["ByteMatchStatement"]["SearchString"] for s in challenge["Statement"]["OrStatement"]["Statements"]}
-    assert ends == {"/grab", "/entries"}
+    # By method: a path match would let /grab/ or an escape around it.
+    match = challenge["Statement"]["ByteMatchStatement"]
+    assert (match["FieldToMatch"], match["PositionalConstraint"], match["SearchString"]) == ({"Method": {}}, "EXACTLY", "POST")
     bots = r["bot-control"]["Statement"]["ManagedRuleGroupStatement"]
     assert bots["Name"] == "AWSManagedRulesBotControlRuleSet"
     priorities = [rule["Priority"] for rule in r.values()]
     assert len(set(priorities)) == len(priorities), "each rule its own priority"
+
+
+def test_a_rotation_s_generation_reaches_both_the_distribution_and_the_functions():
+    comment = resources()["EdgeDistribution"]["Properties"]["DistributionConfig"]["Comment"]
+    assert "${EdgeSecretGeneration}" in comment["Sub"]
+    for name in ("GrabFunction", "WalletFunction"):
+        env = resources()[name]["Properties"]["Environment"]["Variables"]
+        assert env["EDGE_SECRET_GENERATION"] == {"If": ["UseEdge", {"Ref": "EdgeSecretGeneration"}, ""]}, name
 
 
 def test_the_origin_header_is_the_secret_the_user_facing_functions_check():

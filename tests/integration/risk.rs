@@ -182,3 +182,57 @@ async fn a_repeated_reservation_or_release_counts_once_and_the_daily_limit_holds
         conn.hgetall(h.redis.keys().ip_users(ip.unwrap(), day)).await.unwrap();
     assert_eq!(seen.get("twice"), Some(&5), "one IP place per press held, never below");
 }
+
+/// Two copies of one press (a retry from another network while the first
+/// is still deciding): the copy an IP at its limit refuses gives back only
+/// what it took itself, never the places the first copy holds and may win
+/// with. It used to release them, and the first copy's win then counted
+/// against no limit.
+#[tokio::test]
+async fn a_refused_copy_of_a_press_keeps_the_places_the_other_copy_holds() {
+    use coupon_domain::grab::ports::{Claim, RiskDecision, RiskGuard};
+    use coupon_domain::ids::{ClientIp, CouponId, DeviceId, RequestId, UserId};
+
+    let h = Harness::new().await;
+    let mut limits = Options::default().risk;
+    limits.users_per_ip = 1;
+    let risk = coupon_adapters::redis::RedisRisk::new(h.redis.clone(), limits);
+    let coupon = CouponId::parse("c-copies").unwrap();
+    let device = DeviceId::parse("phone-copies").unwrap();
+    let reserve = |user: &'static str, ip: &'static str| {
+        let (risk, coupon, device) = (&risk, coupon.clone(), device.clone());
+        async move {
+            let (user, request) = (UserId::parse(user).unwrap(), RequestId::parse("r1").unwrap());
+            let claim = Claim {
+                coupon: &coupon,
+                home_shard: 0,
+                user: &user,
+                level: 0,
+                request: &request,
+                device: Some(&device),
+                now_ms: crate::support::T0,
+            };
+            risk.reserve(&claim, ClientIp::parse(ip)).await.unwrap()
+        }
+    };
+    // The other network is full.
+    assert!(matches!(
+        reserve("someone", "198.51.100.9").await,
+        RiskDecision::Allowed(_)
+    ));
+    assert!(matches!(
+        reserve("copies", "203.0.113.50").await,
+        RiskDecision::Allowed(_)
+    ));
+    assert_eq!(
+        reserve("copies", "198.51.100.9").await,
+        RiskDecision::Refused(coupon_domain::outcome::RiskReason::IpLimit)
+    );
+    let day = RiskLimits::default().day(crate::support::T0);
+    let mut conn = h.redis.connection();
+    let user = UserId::parse("copies").unwrap();
+    let claims: i64 = conn.hlen(h.redis.keys().user_claims(&user, day)).await.unwrap();
+    assert_eq!(claims, 1, "the first copy's daily claim is still held");
+    let on_device: i64 = conn.scard(h.redis.keys().device_holds(&device, day)).await.unwrap();
+    assert_eq!(on_device, 2, "someone's place on the device, and the first copy's");
+}

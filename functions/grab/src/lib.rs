@@ -291,7 +291,7 @@ impl Clients {
             metrics: Arc::new(EmfMetrics::new(config.metrics_namespace.clone(), "grab")),
             origin: secrets::origin_secret(config.http.origin_secret_arn.as_deref(), &sdk)
                 .await?
-                .and_then(|s| OriginSecret::new(&s)),
+                .and_then(|(current, previous)| OriginSecret::from_stored(&current, previous.as_deref())),
         })
     }
 }
@@ -340,10 +340,12 @@ pub fn ports(config: &Config, clients: Clients) -> Ports {
 /// integration tests and the benchmark share.
 pub fn wire(config: &Config, clients: Clients) -> GrabApp {
     let origin = clients.origin.clone();
-    GrabApp {
-        origin,
-        ..wire_ports(config, ports(config, clients))
+    let mut app = wire_ports(config, ports(config, clients));
+    if origin.is_some() {
+        app.edge.origin_secret_arn.clone_from(&config.http.origin_secret_arn);
+        app.origin = origin;
     }
+    app
 }
 
 /// The grab function over `ports`, with the settings of `config`.
@@ -357,7 +359,12 @@ pub fn wire_ports(config: &Config, ports: Ports) -> GrabApp {
     GrabApp {
         service: GrabService::new(ports.grab, config.sold_out_memory_ms).with_send_budget(config.send_budget_ms),
         center,
-        edge: config.http.clone(),
+        // Behind the edge only with its secret to check (wire): the
+        // viewer's address is trusted only on a request that showed it.
+        edge: EdgeSettings {
+            origin_secret_arn: None,
+            ..config.http.clone()
+        },
         origin: None,
     }
 }

@@ -221,7 +221,7 @@ impl Clients {
             clock: Arc::new(SystemClock),
             origin: secrets::origin_secret(config.http.origin_secret_arn.as_deref(), &sdk)
                 .await?
-                .and_then(|s| OriginSecret::new(&s)),
+                .and_then(|(current, previous)| OriginSecret::from_stored(&current, previous.as_deref())),
         })
     }
 }
@@ -242,7 +242,12 @@ pub fn wire(config: &Config, clients: Clients) -> Wallet {
             Arc::new(RedisOutbox::new(clients.redis)),
             clients.clock,
         ),
-        edge: config.http.clone(),
+        // The viewer's address is trusted only with the edge's secret to
+        // check (coupon_edge::identity).
+        edge: EdgeSettings {
+            origin_secret_arn: clients.origin.as_ref().and(config.http.origin_secret_arn.clone()),
+            ..config.http.clone()
+        },
         origin: clients.origin,
     }
 }

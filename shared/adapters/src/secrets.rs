@@ -28,10 +28,15 @@ pub async fn read_secret(arn: &str, sdk: &aws_config::SdkConfig, what: &'static 
 }
 
 /// The edge's origin secret (`ORIGIN_VERIFY_SECRET_ARN`), if an edge is
-/// configured: what CloudFront sends in `X-Origin-Verify`. An empty secret
-/// fails the start, as a secret that matched nothing would refuse every
-/// request.
-pub async fn origin_secret(arn: Option<&str>, sdk: &aws_config::SdkConfig) -> Result<Option<String>, StoreError> {
+/// configured: what CloudFront sends in `X-Origin-Verify`, its current
+/// value and its previous one if it has one (the `AWSPREVIOUS` stage a
+/// rotation leaves), so that an instance accepts CloudFront's value on
+/// either side of a rotation. An empty current value fails the start, as
+/// a secret that matched nothing would refuse every request.
+pub async fn origin_secret(
+    arn: Option<&str>,
+    sdk: &aws_config::SdkConfig,
+) -> Result<Option<(String, Option<String>)>, StoreError> {
     const WHAT: &str = "edge origin secret";
     let Some(arn) = arn else {
         return Ok(None);
@@ -43,7 +48,16 @@ pub async fn origin_secret(arn: Option<&str>, sdk: &aws_config::SdkConfig) -> Re
             detail: "the secret is empty".into(),
         });
     }
-    Ok(Some(value))
+    // None before the first rotation: Secrets Manager answers not found.
+    let previous = Client::new(sdk)
+        .get_secret_value()
+        .secret_id(arn)
+        .version_stage("AWSPREVIOUS")
+        .send()
+        .await
+        .ok()
+        .and_then(|out| out.secret_string().map(|s| s.trim().to_owned()));
+    Ok(Some((value, previous)))
 }
 
 /// Puts the token from `settings.auth_secret_arn` (if any) into the URL.

@@ -12,24 +12,45 @@ use lambda_http::Request;
 /// The header CloudFront adds to every request it forwards to the API.
 pub const ORIGIN_HEADER: &str = "x-origin-verify";
 
-/// The shared secret, read from Secrets Manager at cold start; never
+/// The shared secret, read from Secrets Manager at cold start: its current
+/// value and, during a rotation, the previous one (CloudFront moves to the
+/// new value when the stack is updated, instances started before read the
+/// old one: both are accepted, so nothing is refused in between). Never
 /// printed (its `Debug` is redacted).
 #[derive(Clone, PartialEq, Eq)]
-pub struct OriginSecret(String);
+pub struct OriginSecret(Vec<String>);
 
 impl OriginSecret {
-    /// The secret as stored; `None` if it is empty (a misconfiguration the
-    /// caller reports).
+    /// The secret's current value; `None` if it is empty (a
+    /// misconfiguration the caller reports).
     pub fn new(value: &str) -> Option<Self> {
         let value = value.trim();
-        (!value.is_empty()).then(|| Self(value.to_owned()))
+        (!value.is_empty()).then(|| Self(vec![value.to_owned()]))
     }
 
-    /// True if `presented` is the secret, compared in time independent of
-    /// where the first difference is.
+    /// The secret as Secrets Manager holds it: its current value and the
+    /// one before the last rotation, if any.
+    pub fn from_stored(current: &str, previous: Option<&str>) -> Option<Self> {
+        Some(Self::new(current)?.with_previous(previous.unwrap_or_default()))
+    }
+
+    /// Also accepts `previous` (the secret's value before the last
+    /// rotation), if it is not empty.
+    pub fn with_previous(mut self, previous: &str) -> Self {
+        let previous = previous.trim();
+        if !previous.is_empty() && !self.0.iter().any(|v| v == previous) {
+            self.0.push(previous.to_owned());
+        }
+        self
+    }
+
+    /// True if `presented` is one of the values, each compared in time
+    /// independent of where the first difference is.
     fn matches(&self, presented: &str) -> bool {
-        let (a, b) = (self.0.as_bytes(), presented.as_bytes());
-        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        self.0.iter().any(|value| {
+            let (a, b) = (value.as_bytes(), presented.as_bytes());
+            a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        })
     }
 }
 
@@ -78,6 +99,14 @@ mod tests {
         assert!(!came_through_edge(&request(None), Some(&secret)));
         assert!(!came_through_edge(&request(Some("s3cret-valuE")), Some(&secret)));
         assert!(!came_through_edge(&request(Some("s3cret")), Some(&secret)));
+    }
+
+    #[test]
+    fn during_a_rotation_the_previous_value_is_accepted_too() {
+        let secret = OriginSecret::new("new-value").unwrap().with_previous("old-value");
+        assert!(came_through_edge(&request(Some("new-value")), Some(&secret)));
+        assert!(came_through_edge(&request(Some("old-value")), Some(&secret)));
+        assert!(!came_through_edge(&request(Some("other")), Some(&secret)));
     }
 
     #[test]

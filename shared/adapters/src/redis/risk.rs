@@ -111,6 +111,8 @@ impl RiskGuard for RedisRisk {
             Err(e) => Err(unavailable(e)),
         };
         if !hold.is_empty() {
+            // Only what this call took (`verdict` left out what the press
+            // held before: another copy of it may be on its way to a win).
             // Best effort; if this fails too, the hold expires with its day.
             let _ = self.release(&hold).await;
         }
@@ -227,8 +229,12 @@ impl RiskGuard for RedisRisk {
 
 /// The three slots' replies as one verdict: a refusal (the user's own
 /// rules first, then the IP's, then the device's), a failure, or none
-/// (allowed). What each script reserved is recorded in `hold` before any
-/// error is looked at, so that a half-failed reservation is given back.
+/// (allowed). `hold` is what the press holds when it is allowed (what each
+/// script reserved now or found reserved by this press before), and only
+/// what was reserved now when it is not: a copy of the press refused here
+/// (a retry from an IP at its limit) must not give back the places of the
+/// copy that got past and may win. Recorded before any error is looked at,
+/// so that a half-failed reservation is given back.
 fn verdict(
     hold: &mut RiskHold,
     user_reply: SlotReply,
@@ -237,11 +243,17 @@ fn verdict(
 ) -> Result<Option<RiskReason>, redis::RedisError> {
     let word = |reply: &SlotReply| reply.as_ref().ok().and_then(|v| v.clone());
     let words = [word(&user_reply), word(&ip_reply), word(&device_reply)];
-    hold.user_reserved = words[0].as_deref() == Some("RESERVED");
-    hold.ip_reserved = words[1].as_deref() == Some("RESERVED");
-    hold.device_reserved = words[2].as_deref() == Some("RESERVED");
     let refused = refusal([words[0].as_deref(), words[1].as_deref(), words[2].as_deref()]);
     let failure = [user_reply, ip_reply, device_reply].into_iter().find_map(Result::err);
+    let decided = refused.is_none() && failure.is_none();
+    let holds = |w: &Option<String>| match w.as_deref() {
+        Some("RESERVED") => true,
+        Some("HELD") => decided,
+        _ => false,
+    };
+    hold.user_reserved = holds(&words[0]);
+    hold.ip_reserved = holds(&words[1]);
+    hold.device_reserved = holds(&words[2]);
     match (refused, failure) {
         (Some(reason), _) => Ok(Some(reason)),
         (None, Some(e)) => Err(e),
