@@ -334,3 +334,58 @@ async fn a_claim_borrowed_on_a_clock_ahead_of_the_reconciler_s_survives_a_restar
         "shard 1 was dry from the second wave on"
     );
 }
+
+/// A snapshot older than a loss and its rebuild: restoring it brings back
+/// the state from before the rebuild. Shard 2 had units then; the rebuild
+/// gave it none (the two units DynamoDB does not account for went to shards
+/// 0 and 1), so its user borrowed, which moved no sequence of shard 2's.
+/// Judged on its own, the old state was confirmed with stock and without
+/// the claim, and the user won a coupon the stock did not have. A rebuild
+/// now raises each rebuilt shard's durable mark to the sequence it starts
+/// at, so any state from before it is behind the mark, and dropped.
+#[tokio::test]
+async fn a_snapshot_from_before_a_rebuild_is_never_taken_for_the_rebuilt_state() {
+    let mut server = Server::standalone();
+    let h = Harness::with(Options {
+        redis_url: Some(server.url()),
+        ..Options::without_ip_limit()
+    })
+    .await;
+    let mut def = h.coupon(6);
+    def.shards = 3;
+    let coupon = h.create(&def).await;
+    h.clock.set(T0);
+    assert!(server.cmd(&["SAVE"]).contains("OK"));
+    for shard in 0..2 {
+        for i in 0..2 {
+            let user = homed_on(shard, 3, &format!("s{shard}-{i}-"));
+            assert_eq!(h.grab(&coupon, &user, "r").await.code(), "SUCCESS");
+        }
+    }
+    h.pump().await;
+
+    h.flush_redis().await;
+    assert_eq!(h.reconcile(&def).await.shards_rebuilt, 3);
+    let borrower = homed_on(2, 3, "u");
+    let won = h.grab(&coupon, &borrower, "r").await;
+    assert_eq!(won.code(), "SUCCESS", "{}", won.body);
+    let grant = won.body["data"]["grantId"].as_str().unwrap().to_owned();
+    assert!(
+        !grant.contains("-2-"),
+        "borrowed: the rebuild gave shard 2 nothing ({grant})"
+    );
+    h.pump().await;
+
+    server.restart_from_snapshot();
+    h.wait_for_redis().await;
+    h.reconcile_windowed(&def, 3_000).await;
+    h.clock.advance(3_000);
+    h.reconcile_windowed(&def, 3_000).await;
+    let again = h.grab(&coupon, &borrower, "again").await;
+    assert_eq!(again.code(), "ALREADY_CLAIMED", "{}", again.body);
+    let last = presses(&h, &coupon, "last", 3).await;
+    assert_eq!(count(&last, "SUCCESS"), 1, "one unit left: {last:?}");
+    h.pump().await;
+    assert_eq!(h.facts().issued(&coupon).await.unwrap(), 6);
+    assert!(h.facts().rejections(&coupon).await.unwrap().is_empty());
+}

@@ -161,6 +161,9 @@ impl DurableFacts for OwnCoupons {
     async fn was_rebuilt(&self, c: &CouponId) -> Result<bool, StoreError> {
         self.inner.was_rebuilt(c).await
     }
+    async fn raise_high_water(&self, c: &CouponId, shard: u32, seq: u64) -> Result<(), StoreError> {
+        self.inner.raise_high_water(c, shard, seq).await
+    }
     async fn high_water(&self, c: &CouponId) -> Result<std::collections::HashMap<u32, u64>, StoreError> {
         self.inner.high_water(c).await
     }

@@ -4,6 +4,8 @@
 use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::types::KeysAndAttributes;
 use coupon_domain::barrier::BarrierRecord;
@@ -176,6 +178,19 @@ impl DurableFacts for DynamoFacts {
             .await
             .map_err(unavailable)?;
         Ok(())
+    }
+
+    async fn raise_high_water(&self, coupon: &CouponId, shard: u32, seq: u64) -> Result<(), StoreError> {
+        match super::issue::raise_mark(&self.tables, coupon, shard, seq).await {
+            Ok(()) => Ok(()),
+            // Already at or above: raised is what was asked.
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(unavailable(e)),
+        }
     }
 
     async fn was_rebuilt(&self, coupon: &CouponId) -> Result<bool, StoreError> {

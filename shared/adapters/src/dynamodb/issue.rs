@@ -203,22 +203,7 @@ impl IssueLedger for DynamoIssueLedger {
     }
 
     async fn raise_high_water(&self, coupon: &CouponId, shard: u32, seq: u64) -> Result<(), IssueError> {
-        // `SEQ#<shard>` in the coupon's partition; only ever raised, so a
-        // mark already at or above `seq` is a success, not a conflict.
-        let result = self
-            .tables
-            .client
-            .update_item()
-            .table_name(&self.tables.coupons)
-            .key("pk", s(coupon_pk(coupon)))
-            .key("sk", s(high_water_sk(shard)))
-            .update_expression("SET #h = :s")
-            .condition_expression("attribute_not_exists(#h) OR #h < :s")
-            .expression_attribute_names("#h", HIGH_WATER)
-            .expression_attribute_values(":s", n(seq))
-            .send()
-            .await;
-        condition_met_or_moot(result)
+        condition_met_or_moot(raise_mark(&self.tables, coupon, shard, seq).await)
     }
 
     /// `ADD lanes :lane` on the coupon's `BARRIER` item, only while it is
@@ -258,6 +243,32 @@ fn condition_met_or_moot<T>(
             Err(classify(Box::new(e), throttled))
         }
     }
+}
+
+/// Raises a shard's high-water mark (`SEQ#<shard>` in the coupon's
+/// partition) to `seq`: only ever raised, so a failed condition means a
+/// mark already at or above `seq`, a success, not a conflict (the callers
+/// map it so). The issuer's after each batch, the reconciler's after a
+/// rebuild.
+pub(super) async fn raise_mark(
+    tables: &Tables,
+    coupon: &CouponId,
+    shard: u32,
+    seq: u64,
+) -> Result<(), SdkError<UpdateItemError, aws_sdk_dynamodb::config::http::HttpResponse>> {
+    tables
+        .client
+        .update_item()
+        .table_name(&tables.coupons)
+        .key("pk", s(coupon_pk(coupon)))
+        .key("sk", s(high_water_sk(shard)))
+        .update_expression("SET #h = :s")
+        .condition_expression("attribute_not_exists(#h) OR #h < :s")
+        .expression_attribute_names("#h", HIGH_WATER)
+        .expression_attribute_values(":s", n(seq))
+        .send()
+        .await
+        .map(|_| ())
 }
 
 /// The attribute of a shard's high-water mark item.

@@ -59,6 +59,11 @@ pub trait DurableFacts: Send + Sync {
     async fn holdings(&self, coupon: &CouponId) -> Result<Holdings, StoreError>;
     /// Records that the coupon's Redis state was rebuilt (data loss).
     async fn record_rebuild(&self, coupon: &CouponId, now_ms: i64, restored: u64) -> Result<(), StoreError>;
+    /// Raises `shard`'s durable high-water mark to `seq` (never lowers
+    /// it). A rebuild marks the sequence its new state starts at: a state
+    /// from before the rebuild (a snapshot restored later) is then behind
+    /// the mark, and dropped, whatever it holds.
+    async fn raise_high_water(&self, coupon: &CouponId, shard: u32, seq: u64) -> Result<(), StoreError>;
     /// True if the coupon's Redis state was ever rebuilt.
     async fn was_rebuilt(&self, coupon: &CouponId) -> Result<bool, StoreError>;
     /// Per shard, the highest grant sequence the durable store has seen

@@ -305,6 +305,15 @@ impl Reconciler {
                 .restore_shard(latest, shard, units, seq_base, &holders, now)
                 .await?
             {
+                // The state starts at `seq_base`: any older one (a snapshot
+                // from before this loss, restored later) is behind it and
+                // dropped, not judged on what it held (a unit the rebuild
+                // gave another shard, and no trace of a borrow for its
+                // users since).
+                self.ports
+                    .facts
+                    .raise_high_water(&def.coupon_id, shard, seq_base)
+                    .await?;
                 r.shards_rebuilt += 1;
                 restored += units.stock + units.expired;
             }

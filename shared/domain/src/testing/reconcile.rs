@@ -117,6 +117,12 @@ impl DurableFacts for MemoryFacts {
         self.rebuilds.lock().unwrap().push((coupon.clone(), restored));
         Ok(())
     }
+    async fn raise_high_water(&self, coupon: &CouponId, shard: u32, seq: u64) -> Result<(), StoreError> {
+        let mut marks = self.high_water.lock().unwrap();
+        let mark = marks.entry(coupon.clone()).or_default().entry(shard).or_default();
+        *mark = (*mark).max(seq);
+        Ok(())
+    }
     async fn high_water(&self, coupon: &CouponId) -> Result<HashMap<u32, u64>, StoreError> {
         Ok(self.high_water.lock().unwrap().get(coupon).cloned().unwrap_or_default())
     }
