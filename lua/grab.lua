@@ -9,6 +9,8 @@
 --             may have moved meanwhile) except the rate limit, whose token
 --             the admission took, then the claim itself.
 --   'whole'   both in one call, when there is no risk reservation to make.
+--   'draw'    a lottery's winner, claimed by the draw (lib.lua, drawing()):
+--             none of a press's checks, the draw's window for the window.
 -- KEYS: 1 meta, 2 users, 3 req, 4 outbox, 5 borrowing (an admission passes
 --       only the first three: every byte a refusal sends costs Redis CPU)
 -- ARGV: 1 step, 2 user id, 3 member level, 4 now (ms), 5 '1' if the press
@@ -21,7 +23,8 @@
 --   {'ADMITTED'}            (admit only) nothing refuses the press here
 --   {'NOT_FOUND'} {'OFFLINE'} {'NOT_STARTED', startMs} {'ENDED'}
 --   {'NOT_ELIGIBLE', minLevel} {'DEVICE_REQUIRED'} {'ALREADY_CLAIMED'} {'SOLD_OUT'}
---   {'BETWEEN_WAVES', nextWaveAtMs}
+--   {'BETWEEN_WAVES', nextWaveAtMs} {'LOTTERY'} (a press on a lottery)
+--   {'NOT_LOTTERY'}         (draw) the coupon is not a lottery
 --   {'RATE_LIMITED', retryAfterMs}
 --   {'UNVERIFIED'}          (commit or whole) the server restarted since the
 --                           shard was verified: BUSY until the reconciler
@@ -38,8 +41,13 @@ if prior then return {'REPLAY', prior} end
 
 -- Every refusal the shard decides (lib.lua); the admission takes the rate
 -- limit's token, so a commit does not take a second one.
-local refused, m, claimed, stock, _, gone = refusal(meta, users, user, level, now,
-  step == 'commit' and 'skip' or 'take', device)
+local refused, m, claimed, stock, _, gone
+if step == 'draw' then
+  refused, m, claimed, stock, _, gone = drawing(meta, users, user, now)
+else
+  refused, m, claimed, stock, _, gone = refusal(meta, users, user, level, now,
+    step == 'commit' and 'skip' or 'take', device)
+end
 if refused then return refused end
 if step == 'admit' then return {'ADMITTED'} end
 -- A claim writes what sells (a unit, or a reservation that borrows one):

@@ -192,9 +192,11 @@ end
 local function refusal(meta, users, user, level, now, bucket, device)
   local m = redis.call('HMGET', meta, 'status', 'start_ms', 'end_ms',
     'min_level', 'per_user_limit', 'rate', 'burst', 'tokens', 'bucket_ms',
-    'stock', 'shards', 'soldout', 'epoch', 'waves', 'rollover', 'device')
+    'stock', 'shards', 'soldout', 'epoch', 'waves', 'rollover', 'device', 'mode')
   if not m[1] then return {'NOT_FOUND'} end
   if m[1] ~= 'ONLINE' then return {'OFFLINE'} end
+  -- A lottery's units go to its draw's winners only (drawing()).
+  if m[17] == 'LOTTERY' then return {'LOTTERY'} end
   if now < tonumber(m[2]) then return {'NOT_STARTED', m[2]} end
   if now >= tonumber(m[3]) then return {'ENDED'} end
   if level < tonumber(m[4]) then return {'NOT_ELIGIBLE', m[4]} end
@@ -233,3 +235,29 @@ local function refusal(meta, users, user, level, now, bucket, device)
   end
   return nil, m, claimed, avail, next_at, gone
 end
+
+-- The draw's claim of a lottery's winner (grab.lua, step 'draw'): in the
+-- shape refusal() answers, with the draw's window for the window (meta
+-- sells_until_ms in place of end_ms: m[3]) and none of a press's checks
+-- (the registration checked the level, the device and the risk rules; the
+-- draw chose the user). Refuses a coupon that is not a lottery.
+local function drawing(meta, users, user, now)
+  local m = redis.call('HMGET', meta, 'status', 'start_ms', 'sells_until_ms',
+    'min_level', 'per_user_limit', 'rate', 'burst', 'tokens', 'bucket_ms',
+    'stock', 'shards', 'soldout', 'epoch', 'waves', 'rollover', 'device', 'mode')
+  if not m[1] then return {'NOT_FOUND'} end
+  if m[1] ~= 'ONLINE' then return {'OFFLINE'} end
+  if m[17] ~= 'LOTTERY' or not m[3] then return {'NOT_LOTTERY'} end
+  if now >= tonumber(m[3]) then return {'ENDED'} end
+  local claimed = tonumber(redis.call('HGET', users, user) or '0')
+  if claimed >= tonumber(m[5]) then return {'ALREADY_CLAIMED'} end
+  return nil, m, claimed, tonumber(m[10]), nil, 0
+end
+
+-- Until when a shard's units may be claimed: the grab window's end, or a
+-- lottery's draw window's (meta sells_until_ms; absent on shards preheated
+-- before lotteries, where it is the window's end).
+local function sells_until(end_ms, sells_until_ms)
+  return tonumber(sells_until_ms or end_ms)
+end
+

@@ -45,9 +45,9 @@ if donor ~= '' then
   return {'DONE', donor}
 end
 
-local m = redis.call('HMGET', meta, 'stock', 'epoch', 'status', 'end_ms', 'waves', 'rollover')
+local m = redis.call('HMGET', meta, 'stock', 'epoch', 'status', 'end_ms', 'waves', 'rollover', 'sells_until_ms')
 if closed == '' and m[3] and m[3] ~= 'ONLINE' then closed = 'OFFLINE' end
-if closed == '' and m[4] and tonumber(now) >= tonumber(m[4]) then closed = 'ENDED' end
+if closed == '' and m[4] and tonumber(now) >= sells_until(m[4], m[7]) then closed = 'ENDED' end
 if closed ~= '' then
   if redis.call('HINCRBY', users, user, -1) <= 0 then
     redis.call('HDEL', users, user)

@@ -14,10 +14,10 @@ local field = ordinal .. ':' .. user
 local prior = redis.call('HGET', taken, field)
 if prior then return {'WIN', prior} end
 
-local m = redis.call('HMGET', meta, 'stock', 'status', 'end_ms', 'waves', 'rollover')
+local m = redis.call('HMGET', meta, 'stock', 'status', 'end_ms', 'waves', 'rollover', 'sells_until_ms')
 if not m[1] then return {'NOT_FOUND'} end
 if m[2] ~= 'ONLINE' then return {'CLOSED', 'OFFLINE'} end
-if tonumber(now) >= tonumber(m[3]) then return {'CLOSED', 'ENDED'} end
+if tonumber(now) >= sells_until(m[3], m[6]) then return {'CLOSED', 'ENDED'} end
 -- Not from state a restart may have rolled back (lib.lua, verified()),
 -- not even an EMPTY: a borrow that heard only EMPTY stamps its home shard
 -- sold out.

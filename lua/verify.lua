@@ -31,7 +31,7 @@ if verified(meta) then
 end
 local id = history()
 local m = redis.call('HMGET', meta, 'seq', 'suspect', 'stock', 'waves', 'rollover',
-  'start_ms', 'end_ms', 'w', 'version')
+  'start_ms', 'end_ms', 'w', 'version', 'sells_until_ms')
 if ARGV[2] == '' then
   -- "<history>|<ms>": a stamp restored from a snapshot belongs to an older
   -- history and says nothing about this one.
@@ -49,7 +49,7 @@ end
 -- never before the sale opened (nothing borrows before it). Until
 -- the sale's end, not this call's `now`: a caller whose clock runs ahead
 -- may have borrowed at an instant still to come on the reconciler's.
-local to = tonumber(m[7])
+local to = sells_until(m[7], m[10])
 local from = math.min(to, math.max(tonumber(m[6]), tonumber(m[8] or '0') - SKEW_MS))
 -- The schedule judged is the state's own: an operator's change applied
 -- after the snapshot (a wave added, stock added without rollover) may have

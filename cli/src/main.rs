@@ -3,6 +3,11 @@
 //! ```text
 //! couponctl create FILE|-      create (and preheat) a coupon from JSON
 //! couponctl show COUPON_ID     print a coupon's definition and live figures
+//! couponctl verify-draw COUPON_ID [SEED_HASH]
+//!                              recompute a lottery's winners from its revealed
+//!                              seed and its entries, and compare them with the
+//!                              users who hold the coupon (and the seed with the
+//!                              commitment published before registration opened)
 //! ```
 //!
 //! Settings come from the environment, as for the admin function
@@ -16,13 +21,18 @@ use std::io::Read;
 use std::process::ExitCode;
 
 use admin::{wire, Clients, Config};
+use coupon_adapters::dynamodb::{DynamoEntries, DynamoFacts, Tables};
 use coupon_domain::admin::{AdminContext, AdminError};
 use coupon_domain::audit::Actor;
 use coupon_domain::catalog::Created;
 use coupon_domain::coupon::CouponDefinition;
-use coupon_domain::ids::CouponId;
+use coupon_domain::ids::{CouponId, UserId};
+use coupon_domain::lottery::ports::Entries;
+use coupon_domain::lottery::{rank, verify};
+use coupon_domain::reconcile::ports::DurableFacts;
 
-const USAGE: &str = "usage: couponctl create FILE|-   |   couponctl show COUPON_ID";
+const USAGE: &str =
+    "usage: couponctl create FILE|-   |   couponctl show COUPON_ID   |   couponctl verify-draw COUPON_ID [SEED_HASH]";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -41,15 +51,20 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: &[String]) -> Result<(), String> {
-    let (command, operand) = match args {
-        [c, o] => (c.as_str(), o.as_str()),
+    let (command, operand, expected_hash) = match args {
+        [c, o] => (c.as_str(), o.as_str(), None),
+        [c, o, h] if c == "verify-draw" => (c.as_str(), o.as_str(), Some(h.as_str())),
         _ => return Err(USAGE.into()),
     };
-    if !matches!(command, "create" | "show") {
+    if !matches!(command, "create" | "show" | "verify-draw") {
         return Err(USAGE.into());
     }
     let config = Config::from_env().map_err(|e| e.to_string())?;
     let clients = Clients::connect(&config).await.map_err(|e| chain(&e))?;
+    if command == "verify-draw" {
+        let id = CouponId::parse(operand).map_err(|e| e.to_string())?;
+        return verify_draw(&config, &clients, &id, expected_hash).await;
+    }
     let service = wire(&config, clients).service;
     if command == "create" {
         let json = read_source(operand)?;
@@ -65,6 +80,86 @@ async fn run(args: &[String]) -> Result<(), String> {
         println!("{}", serde_json::to_string_pretty(&view).unwrap_or_default());
     }
     Ok(())
+}
+
+/// Recomputes a lottery's draw from DynamoDB (its revealed seed, its
+/// entries, the coupon's holders) and says whether they agree.
+async fn verify_draw(
+    config: &Config,
+    clients: &Clients,
+    coupon: &CouponId,
+    expected_hash: Option<&str>,
+) -> Result<(), String> {
+    let tables = Tables::new(clients.dynamodb.clone(), &config.tables);
+    let entries = DynamoEntries::new(tables.clone());
+    let facts = DynamoFacts::new(tables);
+    let stored = facts
+        .stored(coupon)
+        .await
+        .map_err(|e| chain(&e))?
+        .ok_or_else(|| format!("no coupon {coupon}"))?;
+    let lottery = entries
+        .lottery(coupon)
+        .await
+        .map_err(|e| chain(&e))?
+        .ok_or_else(|| format!("{coupon} is not a lottery"))?;
+    let Some(drawn) = lottery.drawn else {
+        return Err(format!("{coupon} is not drawn yet: its seed is still secret"));
+    };
+    let def = &stored.definition;
+    println!("places      {} (the stock at the draw)", drawn.places);
+    let mut all = Vec::new();
+    for shard in 0..def.shards {
+        all.extend(entries.entries(coupon, shard).await.map_err(|e| chain(&e))?);
+    }
+    let holders = facts.holdings(coupon).await.map_err(|e| chain(&e))?;
+    let verdict = verify(&lottery.seed, all, drawn.places, holders.into_keys());
+    println!("coupon      {coupon}");
+    println!("seed        {}", lottery.seed.to_hex());
+    println!("commitment  {} (SHA-256 of the seed)", verdict.commitment);
+    println!("entries     {}", verdict.drawing.entries);
+    println!(
+        "winners     {} (recorded at the draw: {})",
+        verdict.drawing.winners.len(),
+        drawn.winners
+    );
+    for (i, user) in verdict.drawing.winners.iter().enumerate() {
+        println!("  {:>4}. {user}  {}", i + 1, rank(&lottery.seed, user).to_hex());
+    }
+    let mut problems = Vec::new();
+    let recorded = (drawn.entries, drawn.winners, drawn.threshold.map(|t| t.to_hex()));
+    let recomputed = (
+        verdict.drawing.entries,
+        verdict.drawing.winners.len() as u64,
+        verdict.drawing.threshold.map(|t| t.to_hex()),
+    );
+    if recorded != recomputed {
+        problems.push(format!(
+            "the draw recorded (entries, winners, threshold) {recorded:?}, the recomputation gives {recomputed:?}"
+        ));
+    }
+    if expected_hash.is_some_and(|h| !h.trim().eq_ignore_ascii_case(&verdict.commitment)) {
+        problems.push("the seed does not match the commitment published before the draw".to_owned());
+    }
+    if !verdict.missing.is_empty() {
+        problems.push(format!(
+            "drawn but holding no coupon (yet): {:?}",
+            names(&verdict.missing)
+        ));
+    }
+    if !verdict.extra.is_empty() {
+        problems.push(format!("holding the coupon but not drawn: {:?}", names(&verdict.extra)));
+    }
+    if problems.is_empty() {
+        println!("verified: the holders are exactly the winners the revealed seed draws");
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+fn names(users: &[UserId]) -> Vec<&str> {
+    users.iter().map(UserId::as_str).collect()
 }
 
 /// The operator as the audit log records it.

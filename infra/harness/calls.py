@@ -106,3 +106,20 @@ def wallet_call(method, path, user):
         except (OSError, http.client.HTTPException, json.JSONDecodeError):
             CLIENT.c = http.client.HTTPConnection(HOST, PORT, timeout=30)
     return {"code": "TRANSPORT_ERROR"}
+
+
+def grab_call(method, path, user, body=None, headers=None):
+    """A user's call of another grab route (a lottery's entries, its
+    result; locally the explicit local identity, `X-User-Id`)."""
+    hdrs = {"x-user-id": user, "content-type": "application/json"}
+    hdrs.update(headers or {})
+    data = None if body is None else json.dumps(body)
+    for _ in range(3):
+        try:
+            c = CLIENT.conn()
+            c.request(method, f"/lambda-url/grab{path}", body=data, headers=hdrs)
+            return json.loads(c.getresponse().read() or b"{}")
+        except (OSError, http.client.HTTPException, json.JSONDecodeError):
+            CLIENT.c = http.client.HTTPConnection(HOST, PORT, timeout=30)
+    return {"code": "TRANSPORT_ERROR"}
+

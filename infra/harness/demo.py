@@ -24,6 +24,10 @@
 8. A second coupon sells in three release waves 8 s apart
    (infra/harness/waves_sale.py): the report per wave says what it
    released, what was won and issued in it, and what rolled over.
+9. A third coupon is a lottery (infra/harness/lottery_sale.py): entries
+   (some registered twice), the draw at its instant, the winners issued
+   and told, and `couponctl verify-draw` recomputing them from the revealed
+   seed.
 
 Exits non-zero if anything was oversold, duplicated, lost or spent twice,
 or a transition was not told exactly once.
@@ -41,7 +45,7 @@ import threading
 import time
 
 from infra.harness import report as reportmod
-from infra.harness import waves_sale
+from infra.harness import lottery_sale, waves_sale
 from infra.harness.after_sale import notifications, orders
 from infra.harness.calls import ROOT, admin_get, grab, serve
 from infra.harness.ledger import holders, ledger
@@ -322,7 +326,15 @@ def main():
         out.write_text(json.dumps(report, indent=2) + "\n")
         print("  OK: no unit before its wave, each once, nothing lost" if waved["ok"]
               else "  FAILED: see waves_sale in the report")
-        return 0 if ok and waved["ok"] else 1
+
+        print("\na lottery: registrations, a verifiable draw, the winners issued and told ...")
+        drawn = lottery_sale.run(args.shards, args.concurrency)
+        lottery_sale.show(drawn)
+        report["lottery_sale"] = drawn
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        print("  OK: exactly the stock drawn, each winner once, the draw verified" if drawn["ok"]
+              else "  FAILED: see lottery_sale in the report")
+        return 0 if ok and waved["ok"] and drawn["ok"] else 1
     finally:
         if server is not None:
             os.killpg(server.pid, signal.SIGTERM)

@@ -10,6 +10,7 @@ import threading
 import time
 
 from infra.harness.ledger import early, holders, ledger, rejected_ids
+from infra.harness.lottery_faults import LOTTERY, lottery_scenario
 from infra.harness.sale import Issuance, Sale, call, grab_host, host_press, watch_press
 
 
@@ -319,6 +320,8 @@ def scenario(name, rig, short, seed):
     """One sale under the fault `name`: the first round of presses with
     the fault's hooks, a second round where the scenario has one, then the
     judgement."""
+    if name.endswith(LOTTERY):
+        return lottery_scenario(name, rig, short, seed)
     run = Run(name, rig, short, seed)
     fault = name.removesuffix(WAVED)
     hooks = FAULTS[fault](run) if fault in FAULTS else {}
@@ -340,7 +343,8 @@ SCENARIOS = [
     "sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale",
     "recreate_after_loss", "duplicate_delivery", "concurrent_reconcilers", "poison_messages", "retry_during_lag",
     "snapshot_restore", "flush_beside_other_sales", "redis_flush_waves", "failover_rollback_waves",
-    "snapshot_restore_waves",
+    "snapshot_restore_waves", "redis_flush_lottery", "duplicate_delivery_lottery",
 ]
 SHORT = ["sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale",
-         "retry_during_lag", "snapshot_restore", "flush_beside_other_sales", "redis_flush_waves"]
+         "retry_during_lag", "snapshot_restore", "flush_beside_other_sales", "redis_flush_waves",
+         "redis_flush_lottery"]

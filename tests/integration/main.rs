@@ -19,6 +19,7 @@ mod flash_sale;
 mod hostile;
 mod identity;
 mod issuance;
+mod lottery;
 mod notify;
 mod preheat;
 mod reconcile;

@@ -74,6 +74,8 @@ pub(crate) fn coupon(id: &str, stock: u64, shards: u32) -> CouponDefinition {
         waves: Vec::new(),
         rollover: true,
         device_required: false,
+        mode: Default::default(),
+        draw_at_ms: None,
     }
 }
 

@@ -15,6 +15,9 @@
 //!   run [`GrabService::eligibility`] (`GET /coupons/{couponId}/eligibility`)
 //!   or the coupon center [`CouponCenter::page`] (`GET /coupons`), render
 //!   the `{code, message, data}` envelope.
+//! - `entries`: a lottery's registration (`POST /coupons/{couponId}/entries`,
+//!   [`GrabService::enter`]) and the caller's result
+//!   (`GET /coupons/{couponId}/entries/me`).
 //! - [`wire`]: the service over real clients, shared by `main.rs`, the
 //!   integration tests and the benchmark; [`Clients::connect`] builds the
 //!   clients at cold start.
@@ -24,7 +27,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use coupon_adapters::dynamodb::{DynamoCatalog, DynamoLiveCoupons};
+use coupon_adapters::dynamodb::{DynamoCatalog, DynamoEntries, DynamoLiveCoupons};
 use coupon_adapters::redis::{Redis, RedisLedger, RedisRisk, RedisStandings};
 use coupon_adapters::sqs::{SqsPublisher, SqsRepairs};
 use coupon_adapters::{aws, secrets};
@@ -46,6 +49,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 pub mod config;
+mod entries;
 pub mod route;
 
 pub use config::Config;
@@ -83,6 +87,8 @@ pub async fn handle(app: &GrabApp, req: Request) -> Result<Response<Body>, Infal
         Ok(Route::Grab(raw_coupon)) => grab(app, &req, &raw_coupon).await,
         Ok(Route::Eligibility(raw_coupon)) => eligibility(app, &req, &raw_coupon).await,
         Ok(Route::Center) => center(app, &req).await,
+        Ok(Route::Enter(raw_coupon)) => entries::enter(app, &req, &raw_coupon).await,
+        Ok(Route::MyEntry(raw_coupon)) => entries::my_entry(app, &req, &raw_coupon).await,
         Err(reply) => reply,
     };
     Ok(reply.into_response(lang))
@@ -233,6 +239,8 @@ pub fn rejection_reply(reason: &Rejection, replayed: bool) -> Reply {
             json!({"reason": "NOT_STARTED", "startsAtMs": starts_at_ms}),
         ),
         Rejection::Ended => (ErrorCode::CouponNotActive, json!({"reason": "ENDED"})),
+        Rejection::Lottery => (ErrorCode::CouponNotActive, json!({"reason": "LOTTERY"})),
+        Rejection::FirstCome => (ErrorCode::CouponNotActive, json!({"reason": "FIRST_COME"})),
         Rejection::BetweenWaves { next_wave_at_ms } => (
             ErrorCode::CouponNotActive,
             json!({"reason": "BETWEEN_WAVES", "nextWaveAtMs": next_wave_at_ms}),
@@ -328,8 +336,15 @@ pub fn ports(config: &Config, clients: Clients) -> Ports {
         ledger: Arc::new(RedisLedger::new(clients.redis.clone())),
         risk: Arc::new(RedisRisk::new(clients.redis, config.risk)),
         publisher: Arc::new(SqsPublisher::new(clients.sqs.clone(), config.queue_url.clone())),
-        catalog: Arc::new(DynamoCatalog::new(clients.dynamodb, config.coupons_table.clone())),
+        catalog: Arc::new(DynamoCatalog::new(
+            clients.dynamodb.clone(),
+            config.coupons_table.clone(),
+        )),
         repairs: Arc::new(SqsRepairs::new(clients.sqs, config.repair_queue_url.clone())),
+        entries: Arc::new(DynamoEntries::in_coupons_table(
+            clients.dynamodb,
+            config.coupons_table.clone(),
+        )),
         clock: clients.clock,
         metrics: clients.metrics,
     };

@@ -13,6 +13,10 @@ pub enum Route {
     Eligibility(String),
     /// `GET /coupons`: the coupon center.
     Center,
+    /// `POST /coupons/{couponId}/entries`: register for a lottery.
+    Enter(String),
+    /// `GET /coupons/{couponId}/entries/me`: the caller's standing in it.
+    MyEntry(String),
 }
 
 /// Routes `method` and `path`.
@@ -25,6 +29,10 @@ pub fn route(method: &Method, path: &str) -> Matched<Route> {
         ["coupons", coupon, "grab"] => by_method(method, "POST", [(Method::POST, Route::Grab(coupon.to_string()))]),
         ["coupons", coupon, "eligibility"] => {
             by_method(method, "GET", [(Method::GET, Route::Eligibility(coupon.to_string()))])
+        }
+        ["coupons", coupon, "entries"] => by_method(method, "POST", [(Method::POST, Route::Enter(coupon.to_string()))]),
+        ["coupons", coupon, "entries", "me"] => {
+            by_method(method, "GET", [(Method::GET, Route::MyEntry(coupon.to_string()))])
         }
         _ => Matched::NotFound,
     }
@@ -59,6 +67,26 @@ mod tests {
         assert_eq!(route(&Method::GET, "/coupons"), Matched::Route(Route::Center));
         assert_eq!(route(&Method::GET, "/coupons/"), Matched::Route(Route::Center));
         assert_eq!(route(&Method::POST, "/coupons"), Matched::MethodNotAllowed("GET"));
+    }
+
+    #[test]
+    fn a_lottery_registration_is_a_post_on_its_entries_and_the_result_a_get_on_mine() {
+        assert_eq!(
+            route(&Method::POST, "/coupons/c1/entries"),
+            Matched::Route(Route::Enter("c1".into()))
+        );
+        assert_eq!(
+            route(&Method::GET, "/coupons/c1/entries/me"),
+            Matched::Route(Route::MyEntry("c1".into()))
+        );
+        assert_eq!(
+            route(&Method::GET, "/coupons/c1/entries"),
+            Matched::MethodNotAllowed("POST")
+        );
+        assert_eq!(
+            route(&Method::POST, "/coupons/c1/entries/me"),
+            Matched::MethodNotAllowed("GET")
+        );
     }
 
     #[test]

@@ -164,6 +164,7 @@ fn app_over(ledger: ScriptedLedger, queue: Arc<FakeQueue>, catalog: MemoryCatalo
         publisher: queue,
         catalog: Arc::new(catalog),
         repairs: Arc::new(FakeRepairs::default()),
+        entries: Arc::new(coupon_domain::testing::MemoryEntries::default()),
         clock: Arc::new(ManualClock::new(1_000)),
         metrics: Arc::new(RecordingMetrics::default()),
     };
@@ -375,6 +376,8 @@ fn center_app(ids: &[&str]) -> GrabApp {
             waves: Vec::new(),
             rollover: true,
             device_required: false,
+            mode: Default::default(),
+            draw_at_ms: None,
         });
         standings.remaining.lock().unwrap().insert(coupon.clone(), 80);
         standings.answers.lock().unwrap().insert(

@@ -9,7 +9,7 @@ use coupon_domain::metrics::Metrics;
 use coupon_domain::reconcile::ports::DurableFacts;
 use coupon_domain::reconcile::ReconcilePorts;
 
-use crate::dynamodb::{DynamoBlacklist, Tables};
+use crate::dynamodb::{DynamoBlacklist, DynamoEntries, Tables};
 use crate::redis::{Redis, RedisBlacklistFlags, RedisLedger, RedisLive, RedisRepair};
 use crate::sqs::SqsRedrive;
 
@@ -31,6 +31,7 @@ pub fn reconcile_ports(
         blacklist: Arc::new(DynamoBlacklist::new(tables.clone())),
         flags: Arc::new(RedisBlacklistFlags::new(redis.clone())),
         live: Arc::new(RedisLive::new(redis.clone())),
+        entries: Arc::new(DynamoEntries::new(tables.clone())),
         clock,
         metrics,
     }

@@ -129,6 +129,13 @@ pub struct CouponDefinition {
     /// their fingerprint. Fixed at creation.
     #[serde(default, skip_serializing_if = "is_false")]
     pub device_required: bool,
+    /// First come (the default) or a lottery (`crate::lottery`).
+    #[serde(default, skip_serializing_if = "Mode::is_first_come")]
+    pub mode: Mode,
+    /// A lottery's draw instant, at least `DRAW_SETTLE_MS` after the
+    /// registration window (`grabStartMs`..`grabEndMs`) closes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draw_at_ms: Option<i64>,
 }
 
 /// Why a definition was refused; names the field so the operator can fix it.
@@ -202,7 +209,8 @@ impl CouponDefinition {
         if self.rate_per_sec > 0 && self.burst > 0 && self.burst < self.shards {
             return Err(invalid("burst", "must be at least the number of shards"));
         }
-        self.validate_waves()
+        self.validate_waves()?;
+        self.validate_mode()
     }
 
     fn validate_waves(&self) -> Result<(), DefinitionError> {
@@ -395,6 +403,9 @@ pub struct StoredCoupon {
     /// 0 at creation, +1 per change.
     pub version: u64,
 }
+
+mod mode;
+pub use mode::Mode;
 
 #[cfg(test)]
 pub(crate) mod tests;

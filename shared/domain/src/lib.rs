@@ -50,6 +50,7 @@ pub mod hash;
 pub mod ids;
 pub mod issuance;
 pub mod live;
+pub mod lottery;
 pub mod metrics;
 pub mod notify;
 pub mod outcome;

@@ -38,6 +38,12 @@ pub enum Rejection {
     },
     /// A risk rule refused the caller.
     Risk(RiskReason),
+    /// A press on a lottery coupon: its units go to the draw's winners;
+    /// the user registers instead.
+    Lottery,
+    /// A registration for a first-come coupon: there is no draw; the user
+    /// presses instead.
+    FirstCome,
 }
 
 /// Which risk rule refused the grab.

@@ -210,6 +210,8 @@ impl Harness {
             waves: Vec::new(),
             rollover: true,
             device_required: false,
+            mode: Default::default(),
+            draw_at_ms: None,
         }
     }
 

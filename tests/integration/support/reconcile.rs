@@ -11,7 +11,7 @@ use coupon_domain::error::StoreError;
 use coupon_domain::grant::Grant;
 use coupon_domain::ids::{CouponId, GrantId};
 use coupon_domain::reconcile::ports::{DurableFacts, RejectedGrant};
-use coupon_domain::reconcile::{CouponReport, ReconcileSettings, Reconciler};
+use coupon_domain::reconcile::{CouponReport, ReconcilePorts, ReconcileSettings, Reconciler};
 use coupon_domain::user_coupon::Holdings;
 
 use super::harness::Harness;
@@ -91,6 +91,17 @@ impl Harness {
     }
 
     fn reconciler_with(&self, queue_url: &str, send_window_ms: i64) -> Reconciler {
+        self.reconciler_over(queue_url, send_window_ms, |ports| ports)
+    }
+
+    /// A reconciler over this harness's services whose ports `adjust` may
+    /// change (a test's fault in one of them).
+    pub fn reconciler_over(
+        &self,
+        queue_url: &str,
+        send_window_ms: i64,
+        adjust: impl FnOnce(ReconcilePorts) -> ReconcilePorts,
+    ) -> Reconciler {
         let mut config = self.reconciler_config(queue_url);
         config.send_window_ms = send_window_ms;
         let clients = self.reconciler_clients();
@@ -102,7 +113,7 @@ impl Harness {
             retention_ms: 7 * 24 * HOUR,
             ..reconciler::settings(&config)
         };
-        Reconciler::new(reconciler::ports(&config, &clients, facts), settings)
+        Reconciler::new(adjust(reconciler::ports(&config, &clients, facts)), settings)
     }
 
     /// Reconciles this harness's coupons as deployed, with the issuer

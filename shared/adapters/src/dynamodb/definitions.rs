@@ -8,9 +8,10 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use coupon_domain::catalog::{CouponRepository, Stored};
-use coupon_domain::coupon::CouponDefinition;
+use coupon_domain::coupon::{CouponDefinition, Mode};
 use coupon_domain::error::StoreError;
 use coupon_domain::ids::CouponId;
+use coupon_domain::lottery::Seed;
 
 use super::items::{n, parse_definition, put_if_absent, s, unavailable, Item, Tables};
 use super::keys::{self, coupon_pk};
@@ -34,22 +35,28 @@ impl CouponRepository for DynamoCouponRepository {
         let json = serde_json::to_string(def).map_err(unavailable)?;
         let pk = coupon_pk(&def.coupon_id);
         let put = |item: Item| put_if_absent(&self.tables.coupons, item);
+        let mut item = HashMap::from([
+            ("pk".to_owned(), s(pk.clone())),
+            ("sk".to_owned(), s(keys::DEF)),
+            ("definition".to_owned(), s(json)),
+            ("fingerprint".to_owned(), s(def.fingerprint())),
+            ("total_stock".to_owned(), n(def.total_stock)),
+            ("status".to_owned(), s(def.status.as_str())),
+            ("grab_end_ms".to_owned(), n(def.grab_end_ms)),
+            ("version".to_owned(), n(0)),
+            ("preheated".to_owned(), AttributeValue::Bool(false)),
+        ]);
+        if def.mode == Mode::Lottery {
+            // The draw's seed, drawn from the operating system's generator
+            // once, with the definition: a repeated create finds it and
+            // keeps it (the put is conditional), so its commitment never
+            // changes (coupon_domain::lottery).
+            let mut bytes = [0u8; 32];
+            getrandom::getrandom(&mut bytes).map_err(unavailable)?;
+            item.insert("seed".to_owned(), s(Seed::from_bytes(bytes).to_hex()));
+        }
         // The definition and its counters appear together or not at all.
-        let mut request = self
-            .tables
-            .client
-            .transact_write_items()
-            .transact_items(put(HashMap::from([
-                ("pk".to_owned(), s(pk.clone())),
-                ("sk".to_owned(), s(keys::DEF)),
-                ("definition".to_owned(), s(json)),
-                ("fingerprint".to_owned(), s(def.fingerprint())),
-                ("total_stock".to_owned(), n(def.total_stock)),
-                ("status".to_owned(), s(def.status.as_str())),
-                ("grab_end_ms".to_owned(), n(def.grab_end_ms)),
-                ("version".to_owned(), n(0)),
-                ("preheated".to_owned(), AttributeValue::Bool(false)),
-            ]))?);
+        let mut request = self.tables.client.transact_write_items().transact_items(put(item)?);
         for k in 0..def.counter_items() {
             request = request.transact_items(put(HashMap::from([
                 ("pk".to_owned(), s(pk.clone())),

@@ -58,7 +58,23 @@ impl DurableFacts for DynamoFacts {
             .tables
             .scan_coupons("sk = :def", HashMap::from([(":def".to_owned(), s(keys::DEF))]))
             .await?;
-        items.iter().map(parse_definition).collect()
+        // One definition this release cannot read (written by a newer one
+        // during a deployment, or damaged by hand) must not stop the pass
+        // for every other coupon: it is left out, loudly.
+        Ok(items
+            .iter()
+            .filter_map(|item| match parse_definition(item) {
+                Ok(def) => Some(def),
+                Err(e) => {
+                    tracing::error!(
+                        pk = get_s(item, "pk").unwrap_or("?"),
+                        error = %e,
+                        "coupon definition unreadable; left out of this pass"
+                    );
+                    None
+                }
+            })
+            .collect())
     }
 
     async fn stored(&self, coupon: &CouponId) -> Result<Option<StoredCoupon>, StoreError> {

@@ -50,6 +50,11 @@ pub fn user_coupon_prefix(coupon: &CouponId) -> String {
 
 /// The coupon's definition.
 pub const DEF: &str = "DEF";
+
+/// The partition of a lottery's entries homed on `shard`.
+pub fn entries_pk(coupon: &CouponId, shard: u32) -> String {
+    format!("ENTRIES#{coupon}#{shard}")
+}
 /// The coupon's latest on-demand reconciliation report.
 pub const REPORT: &str = "REPORT";
 /// A user's blacklist entry.

@@ -6,7 +6,8 @@
 //!
 //! | table | `pk` | `sk` | what |
 //! | --- | --- | --- | --- |
-//! | coupons | `COUPON#<id>` | `DEF` | the definition (JSON) and fingerprint |
+//! | coupons | `COUPON#<id>` | `DEF` | the definition (JSON) and fingerprint; a lottery's `seed`, `frozen_at_ms` (the draw froze its entries), `drawn_at_ms`, `draw_entries`, `draw_winners`, `draw_threshold` |
+//! | coupons | `ENTRIES#<id>#<shard>` | `USER#<user>` | a lottery registration: `user_id`, `registered_at_ms` (sharded like the stock) |
 //! | coupons | `COUPON#<id>` | `COUNTER#<k>` | capped counter `k`: `cap`, `issued` |
 //! | coupons | `COUPON#<id>` | `GRANT#<grantId>` | a rejected grant and why |
 //! | coupons | `COUPON#<id>` | `REBUILD#<ms>` | Redis was rebuilt from here |
@@ -33,7 +34,8 @@
 //! issuer), [`DynamoWallet`], [`DynamoFacts`] (the reconciler),
 //! [`DynamoAdminStore`], [`DynamoBlacklist`] and [`DynamoRevocations`]
 //! (the admin API); [`DynamoRedemptions`] (orders spending coupons);
-//! [`DynamoCatalog`] (the grab's one read); [`DynamoLiveCoupons`] (the
+//! [`DynamoCatalog`] (the grab's one read); [`DynamoEntries`] (a
+//! lottery's registrations and draw); [`DynamoLiveCoupons`] (the
 //! coupon center's listing); [`DynamoReminders`] (reminders, for the wallet
 //! and the reconciler's sender); [`stream_record`] reads the
 //! user-coupons change stream for the notifier.
@@ -43,6 +45,7 @@ pub use aws_sdk_dynamodb::Client;
 mod admin;
 mod blacklist;
 mod definitions;
+mod entries;
 mod facts;
 mod issue;
 mod items;
@@ -57,6 +60,7 @@ mod wallet;
 pub use admin::DynamoAdminStore;
 pub use blacklist::DynamoBlacklist;
 pub use definitions::{DynamoCatalog, DynamoCouponRepository};
+pub use entries::DynamoEntries;
 pub use facts::DynamoFacts;
 pub use issue::DynamoIssueLedger;
 pub use items::{Tables, BY_COUPON_INDEX, LIVE_INDEX};

@@ -96,6 +96,12 @@ impl ShardKeys {
     pub fn borrowing(&self) -> String {
         format!("{}:borrowing", self.tag)
     }
+    /// A lottery's registrations homed on this shard: user -> registered at
+    /// (ms). A memory of what DynamoDB holds, so a repeat ends at the
+    /// registration's admission.
+    pub fn entries(&self) -> String {
+        format!("{}:entries", self.tag)
+    }
     /// Written by a caller just before it waits for replicas (`WAIT`): a
     /// write of the caller's own connection, so the wait covers every
     /// earlier write of the shard on every engine (see

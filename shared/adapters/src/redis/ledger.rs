@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use coupon_domain::error::StoreError;
 use coupon_domain::grab::ports::{
-    BorrowEnd, Claim, ClaimReply, ClaimStep, Peek, PeekReply, Recorded, StockLedger, TakeReply,
+    BorrowEnd, Claim, ClaimReply, ClaimStep, EntryReply, Peek, PeekReply, Recorded, StockLedger, TakeReply,
 };
 use coupon_domain::ids::CouponId;
 use coupon_domain::outcome::{Rejection, RiskReason};
@@ -12,7 +12,7 @@ use redis::AsyncCommands;
 
 use super::conn::{protocol, unavailable, Redis};
 use super::records::{encode_win, parse_recorded, parse_win};
-use super::scripts::{evalsha, number, run, GRAB, PEEK, SETTLE, TAKE};
+use super::scripts::{evalsha, number, run, ENTER, GRAB, PEEK, SETTLE, TAKE};
 
 /// How long a shard's WAIT fence outlives its last win: long enough to
 /// never be written and gone in one pipeline, short enough that a sale's
@@ -61,6 +61,7 @@ impl StockLedger for RedisLedger {
             ClaimStep::Admit => "admit",
             ClaimStep::Commit => "commit",
             ClaimStep::Whole => "whole",
+            ClaimStep::Draw => "draw",
         })
         .arg(claim.user.as_str())
         .arg(claim.level)
@@ -105,6 +106,35 @@ impl StockLedger for RedisLedger {
             },
             _ => PeekReply::Rejected(rejection(WHAT, &reply)?),
         })
+    }
+
+    async fn admit_entry(&self, ask: &Peek<'_>) -> Result<EntryReply, StoreError> {
+        const WHAT: &str = "enter.lua";
+        let k = self.redis.keys.shard(ask.coupon, ask.home_shard);
+        let mut conn = self.redis.conn.clone();
+        let mut cmd = evalsha(&ENTER, 2);
+        cmd.arg(k.meta())
+            .arg(k.entries())
+            .arg(ask.user.as_str())
+            .arg(ask.level)
+            .arg(ask.now_ms)
+            .arg(device_flag(ask.device));
+        let reply: Vec<String> = run(&mut conn, &ENTER, &cmd).await.map_err(unavailable)?;
+        Ok(match reply.first().map(String::as_str) {
+            Some("OPEN") => EntryReply::Open,
+            Some("ENTERED") => EntryReply::Entered {
+                at_ms: number(WHAT, &reply, 1)?,
+            },
+            _ => EntryReply::Rejected(rejection(WHAT, &reply)?),
+        })
+    }
+
+    async fn remember_entry(&self, ask: &Peek<'_>, at_ms: i64) -> Result<(), StoreError> {
+        let k = self.redis.keys.shard(ask.coupon, ask.home_shard);
+        let mut conn = self.redis.conn.clone();
+        conn.hset::<_, _, _, ()>(k.entries(), ask.user.as_str(), at_ms)
+            .await
+            .map_err(unavailable)
     }
 
     async fn shard_stock(&self, coupon: &CouponId, shard: u32, now_ms: i64) -> Result<u64, StoreError> {
@@ -251,6 +281,8 @@ pub(super) fn rejection(what: &'static str, reply: &[String]) -> Result<Rejectio
             starts_at_ms: number(what, reply, 1)?,
         },
         Some("ENDED") => Rejection::Ended,
+        Some("LOTTERY") => Rejection::Lottery,
+        Some("FIRST_COME") | Some("NOT_LOTTERY") => Rejection::FirstCome,
         Some("BETWEEN_WAVES") => Rejection::BetweenWaves {
             next_wave_at_ms: number(what, reply, 1)?,
         },

@@ -64,6 +64,11 @@ pub(super) fn meta_fields(
         // '1': a press without a verified device id is refused
         // (lua/lib.lua, refusal()).
         ("device", if def.device_required { "1" } else { "0" }.to_owned()),
+        // FIRST_COME or LOTTERY (a press on a lottery is refused; its
+        // draw claims for the winners), and until when units may be
+        // claimed: the window's end, or the lottery's draw window's.
+        ("mode", def.mode.as_str().to_owned()),
+        ("sells_until_ms", def.sells_until_ms().to_string()),
         ("total", def.total_stock.to_string()),
         // The definition version applied; changes carry higher ones.
         ("version", version.to_string()),

@@ -41,82 +41,30 @@ impl RedisRisk {
     }
 }
 
+/// What a reservation counts: a press counts as a claim (the user's daily
+/// claims, the device's), a lottery registration does not.
+#[derive(Clone, Copy)]
+struct Counted {
+    daily_claims: u32,
+    device_claims: u32,
+}
+
 #[async_trait]
 impl RiskGuard for RedisRisk {
     async fn reserve(&self, claim: &Claim<'_>, ip: Option<ClientIp>) -> Result<RiskDecision, StoreError> {
-        let user = claim.user;
-        let day = self.limits.day(claim.now_ms);
-        let press = press_key(claim.coupon, claim.request);
-        let mut user_conn = self.redis.conn.clone();
-        let mut ip_conn = self.redis.conn.clone();
-        let mut device_conn = self.redis.conn.clone();
-        // Three slots, so three scripts; sent together, they cost one round
-        // trip of latency on the multiplexed connection.
-        let user_call = async {
-            RISK_USER
-                .key(self.redis.keys.user_blacklist(user))
-                .key(self.redis.keys.user_claims(user, day))
-                .arg(self.limits.daily_claims_per_user)
-                .arg(RISK_TTL_MS)
-                .arg(&press)
-                .invoke_async::<String>(&mut user_conn)
-                .await
+        let counted = Counted {
+            daily_claims: self.limits.daily_claims_per_user,
+            device_claims: self.limits.claims_per_device,
         };
-        let ip_call = async {
-            match self.ip_rule(ip) {
-                Some(ip) => RISK_IP
-                    .key(self.redis.keys.ip_users(ip, day))
-                    .key(self.redis.keys.ip_holds(ip, day))
-                    .arg(user.as_str())
-                    .arg(self.limits.users_per_ip)
-                    .arg(RISK_TTL_MS)
-                    .arg(&press)
-                    .invoke_async::<String>(&mut ip_conn)
-                    .await
-                    .map(Some),
-                None => Ok(None),
-            }
+        self.reserve_counting(claim, ip, counted).await
+    }
+
+    async fn reserve_entry(&self, claim: &Claim<'_>, ip: Option<ClientIp>) -> Result<RiskDecision, StoreError> {
+        let counted = Counted {
+            daily_claims: 0,
+            device_claims: 0,
         };
-        let device_call = async {
-            match self.device_rule(claim.device) {
-                Some(device) => RISK_DEVICE
-                    .key(self.redis.keys.device_users(device, day))
-                    .key(self.redis.keys.device_holds(device, day))
-                    .arg(user.as_str())
-                    .arg(self.limits.users_per_device)
-                    .arg(self.limits.claims_per_device)
-                    .arg(RISK_TTL_MS)
-                    .arg(&press)
-                    .invoke_async::<String>(&mut device_conn)
-                    .await
-                    .map(Some),
-                None => Ok(None),
-            }
-        };
-        let (user_reply, ip_reply, device_reply) = tokio::join!(user_call, ip_call, device_call);
-        let mut hold = RiskHold {
-            user: user.clone(),
-            coupon: claim.coupon.clone(),
-            request: claim.request.clone(),
-            ip,
-            device: claim.device.cloned(),
-            day,
-            user_reserved: false,
-            ip_reserved: false,
-            device_reserved: false,
-        };
-        let outcome = match verdict(&mut hold, user_reply.map(Some), ip_reply, device_reply) {
-            Ok(None) => return Ok(RiskDecision::Allowed(hold)),
-            Ok(Some(reason)) => Ok(RiskDecision::Refused(reason)),
-            Err(e) => Err(unavailable(e)),
-        };
-        if !hold.is_empty() {
-            // Only what this call took (`verdict` left out what the press
-            // held before: another copy of it may be on its way to a win).
-            // Best effort; if this fails too, the hold expires with its day.
-            let _ = self.release(&hold).await;
-        }
-        outcome
+        self.reserve_counting(claim, ip, counted).await
     }
 
     async fn check(
@@ -224,6 +172,90 @@ impl RiskGuard for RedisRisk {
         };
         let (a, b, c) = tokio::join!(user_call, ip_call, device_call);
         a.and(b).and(c).map_err(unavailable)
+    }
+}
+
+impl RedisRisk {
+    /// The reservation, counting what `counted` says.
+    async fn reserve_counting(
+        &self,
+        claim: &Claim<'_>,
+        ip: Option<ClientIp>,
+        counted: Counted,
+    ) -> Result<RiskDecision, StoreError> {
+        let user = claim.user;
+        let day = self.limits.day(claim.now_ms);
+        let press = press_key(claim.coupon, claim.request);
+        let mut user_conn = self.redis.conn.clone();
+        let mut ip_conn = self.redis.conn.clone();
+        let mut device_conn = self.redis.conn.clone();
+        // Three slots, so three scripts; sent together, they cost one round
+        // trip of latency on the multiplexed connection.
+        let user_call = async {
+            RISK_USER
+                .key(self.redis.keys.user_blacklist(user))
+                .key(self.redis.keys.user_claims(user, day))
+                .arg(counted.daily_claims)
+                .arg(RISK_TTL_MS)
+                .arg(&press)
+                .invoke_async::<String>(&mut user_conn)
+                .await
+        };
+        let ip_call = async {
+            match self.ip_rule(ip) {
+                Some(ip) => RISK_IP
+                    .key(self.redis.keys.ip_users(ip, day))
+                    .key(self.redis.keys.ip_holds(ip, day))
+                    .arg(user.as_str())
+                    .arg(self.limits.users_per_ip)
+                    .arg(RISK_TTL_MS)
+                    .arg(&press)
+                    .invoke_async::<String>(&mut ip_conn)
+                    .await
+                    .map(Some),
+                None => Ok(None),
+            }
+        };
+        let device_call = async {
+            match self.device_rule(claim.device) {
+                Some(device) => RISK_DEVICE
+                    .key(self.redis.keys.device_users(device, day))
+                    .key(self.redis.keys.device_holds(device, day))
+                    .arg(user.as_str())
+                    .arg(self.limits.users_per_device)
+                    .arg(counted.device_claims)
+                    .arg(RISK_TTL_MS)
+                    .arg(&press)
+                    .invoke_async::<String>(&mut device_conn)
+                    .await
+                    .map(Some),
+                None => Ok(None),
+            }
+        };
+        let (user_reply, ip_reply, device_reply) = tokio::join!(user_call, ip_call, device_call);
+        let mut hold = RiskHold {
+            user: user.clone(),
+            coupon: claim.coupon.clone(),
+            request: claim.request.clone(),
+            ip,
+            device: claim.device.cloned(),
+            day,
+            user_reserved: false,
+            ip_reserved: false,
+            device_reserved: false,
+        };
+        let outcome = match verdict(&mut hold, user_reply.map(Some), ip_reply, device_reply) {
+            Ok(None) => return Ok(RiskDecision::Allowed(hold)),
+            Ok(Some(reason)) => Ok(RiskDecision::Refused(reason)),
+            Err(e) => Err(unavailable(e)),
+        };
+        if !hold.is_empty() {
+            // Only what this call took (`verdict` left out what the press
+            // held before: another copy of it may be on its way to a win).
+            // Best effort; if this fails too, the hold expires with its day.
+            let _ = self.release(&hold).await;
+        }
+        outcome
     }
 }
 

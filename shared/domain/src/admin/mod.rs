@@ -244,6 +244,12 @@ impl AdminService {
         }
         let now_ms = self.ports.clock.now_ms();
         self.change(ctx, coupon, AdminAction::AddStock, |def| {
+            if def.mode == crate::coupon::Mode::Lottery {
+                return Err(AdminError::Invalid {
+                    field: "add",
+                    problem: "a lottery's stock is fixed at creation: its draw is for that many winners".into(),
+                });
+            }
             let before = def.total_stock;
             def.total_stock = before.saturating_add(add);
             if let Some(wave) = wave_for_added_stock(def, now_ms).and_then(|i| def.waves.get_mut(i)) {

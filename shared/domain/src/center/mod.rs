@@ -41,7 +41,7 @@ use serde::Serialize;
 use tracing::{instrument, warn};
 
 use crate::clock::Clock;
-use crate::coupon::CouponDefinition;
+use crate::coupon::{CouponDefinition, Mode};
 use crate::error::StoreError;
 use crate::grab::home_shard;
 use crate::grab::ports::{Peek, PeekReply};
@@ -126,6 +126,9 @@ pub enum OfferState {
     NotEligible,
     /// The window closed since the listing was read.
     Ended,
+    /// A lottery in its registration window: the caller registers
+    /// (`POST /coupons/{couponId}/entries`) and the draw is at `drawAtMs`.
+    Lottery,
 }
 
 /// One coupon of a page, as the API shows it.
@@ -156,6 +159,9 @@ pub struct Offer {
     /// For [`OfferState::BetweenWaves`]: when the next wave is released.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_wave_at_ms: Option<i64>,
+    /// For [`OfferState::Lottery`]: the draw's instant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draw_at_ms: Option<i64>,
     /// Claims of this coupon the caller holds; `None` when not read (not
     /// started, not eligible, or the shard did not answer).
     pub held: Option<u32>,
@@ -401,6 +407,10 @@ fn from_definition(def: &CouponDefinition, asker: Asker, now_ms: i64) -> OfferSt
         // A press from no attested device is refused by a coupon that
         // requires one (RISK_REJECTED DEVICE_REQUIRED): not for this caller.
         OfferState::NotEligible
+    } else if def.mode == Mode::Lottery {
+        // Registered or not, the caller's part is the entry's (GET
+        // /coupons/{couponId}/entries/me): no shard read here.
+        OfferState::Lottery
     } else if def.released_by(now_ms) == 0 {
         OfferState::BetweenWaves
     } else {
@@ -502,6 +512,7 @@ fn offer(listed: &Listed, standing: Option<Standing>, asker: Asker, now_ms: i64,
         state,
         starts_at_ms: (state == OfferState::NotStarted).then_some(def.grab_start_ms),
         next_wave_at_ms: next_wave.filter(|_| state == OfferState::BetweenWaves),
+        draw_at_ms: def.draw_at_ms.filter(|_| state == OfferState::Lottery),
         held,
         limit: def.per_user_limit,
         stock,

@@ -28,6 +28,8 @@ fn def(id: &str, start: i64) -> CouponDefinition {
         waves: Vec::new(),
         rollover: true,
         device_required: false,
+        mode: Default::default(),
+        draw_at_ms: None,
     }
 }
 
@@ -121,6 +123,17 @@ async fn an_ended_or_offline_coupon_is_not_listed() {
     let page = w.center.page(&query("u1")).await.unwrap();
     let ids: Vec<&str> = page.offers.iter().map(|o| o.coupon_id.as_str()).collect();
     assert_eq!(ids, ["c-on"]);
+}
+
+#[tokio::test]
+async fn a_lottery_in_its_window_is_listed_for_registering_with_its_draw_and_no_shard_read() {
+    let mut drawn = def("c-draw", NOW - 10);
+    drawn.mode = crate::coupon::Mode::Lottery;
+    drawn.draw_at_ms = Some(drawn.grab_end_ms + crate::lottery::DRAW_SETTLE_MS);
+    let w = world(vec![drawn.clone()]);
+    let offer = only(&w, &query("u1")).await;
+    assert_eq!((offer.state, offer.draw_at_ms), (OfferState::Lottery, drawn.draw_at_ms));
+    assert!(w.shards.asked.lock().unwrap().is_empty(), "decided from the definition");
 }
 
 #[tokio::test]

@@ -19,6 +19,8 @@ pub(crate) fn sample() -> CouponDefinition {
         waves: Vec::new(),
         rollover: true,
         device_required: false,
+        mode: Default::default(),
+        draw_at_ms: None,
     }
 }
 
@@ -240,4 +242,43 @@ fn the_wave_out_on_a_shard_is_its_share_of_the_last_release_and_none_before_the_
         assert!((0..def.shards).all(|i| def.shard_wave_out(i, at + 1).unwrap().0 == at));
     }
     assert_eq!(sample().shard_wave_out(0, 0), None, "no waves");
+}
+
+#[test]
+fn a_lottery_draws_after_its_window_settles_one_coupon_per_winner_without_waves() {
+    let lottery = || {
+        let mut def = sample();
+        def.mode = Mode::Lottery;
+        def.valid_until_ms = 100_000;
+        def.draw_at_ms = Some(def.grab_end_ms + crate::lottery::DRAW_SETTLE_MS);
+        def
+    };
+    assert!(lottery().validate(1_000).is_ok());
+    assert_eq!(lottery().sells_until_ms(), 12_000 + crate::lottery::DRAW_WINDOW_MS);
+    let mut def = lottery();
+    def.draw_at_ms = None;
+    assert_eq!(field_of(&def), "drawAtMs");
+    let mut def = lottery();
+    def.draw_at_ms = Some(def.grab_end_ms);
+    assert_eq!(field_of(&def), "drawAtMs", "registrations still landing");
+    let mut def = lottery();
+    def.draw_at_ms = Some(def.valid_until_ms);
+    assert_eq!(field_of(&def), "drawAtMs");
+    let mut def = lottery();
+    def.per_user_limit = 2;
+    assert_eq!(field_of(&def), "perUserLimit");
+    let mut def = sample();
+    def.draw_at_ms = Some(50_000);
+    assert_eq!(field_of(&def), "drawAtMs", "a first-come coupon has no draw");
+    assert_eq!(sample().sells_until_ms(), sample().grab_end_ms);
+    let json = serde_json::to_value(lottery()).unwrap();
+    assert_eq!(
+        (json["mode"].as_str(), json["drawAtMs"].as_i64()),
+        (Some("LOTTERY"), Some(12_000))
+    );
+    let plain = serde_json::to_value(sample()).unwrap();
+    assert!(
+        plain.get("mode").is_none() && plain.get("drawAtMs").is_none(),
+        "old fingerprints kept"
+    );
 }

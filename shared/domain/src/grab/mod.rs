@@ -54,12 +54,14 @@ use crate::clock::Clock;
 use crate::error::{PublishError, StoreError};
 use crate::grant::GrantRecord;
 use crate::ids::{ClientIp, CouponId, DeviceId, RequestId, UserId};
+use crate::lottery::ports::Entries;
 use crate::metrics::{Metric, Metrics};
 use crate::outcome::{GrabOutcome, Rejection};
 
 mod borrow;
 mod decide;
 mod dry_run;
+mod entry;
 mod lookup;
 mod memory;
 pub mod ports;
@@ -69,6 +71,7 @@ mod tests;
 
 pub use borrow::{finish_borrow, home_shard};
 pub use dry_run::{DryRun, Eligibility};
+pub use entry::{EntryOutcome, EntryRequest, EntryStanding, EntryView, ENTRY_REQUEST};
 pub use memory::CouponMemory;
 use ports::{
     Claim, ClaimReply, ClaimStep, CouponCatalog, GrantPublisher, Recorded, RepairRequests, RiskDecision, RiskGuard,
@@ -146,6 +149,8 @@ pub struct GrabPorts {
     pub catalog: Arc<dyn CouponCatalog>,
     /// Where a lost coupon's repair is asked for (SQS).
     pub repairs: Arc<dyn RepairRequests>,
+    /// A lottery's entries and draw (DynamoDB).
+    pub entries: Arc<dyn Entries>,
     /// The clock every decision reads (a test sets it by hand).
     pub clock: Arc<dyn Clock>,
     /// Where the function's metrics go (EMF lines in Lambda, a recorder in
@@ -160,6 +165,7 @@ pub struct GrabService {
     publisher: Arc<dyn GrantPublisher>,
     catalog: Arc<dyn CouponCatalog>,
     repairs: Arc<dyn RepairRequests>,
+    entries: Arc<dyn Entries>,
     clock: Arc<dyn Clock>,
     metrics: Arc<dyn Metrics>,
     sold_out: CouponMemory,
@@ -184,6 +190,7 @@ impl GrabService {
             publisher: ports.publisher,
             catalog: ports.catalog,
             repairs: ports.repairs,
+            entries: ports.entries,
             clock: ports.clock,
             metrics: ports.metrics,
             sold_out: CouponMemory::new(sold_out_ttl_ms),
@@ -344,9 +351,12 @@ fn rejected(reason: Rejection, replayed: bool) -> GrabOutcome {
 fn rejection_metric(reason: &Rejection) -> &'static str {
     match reason {
         Rejection::NotFound => "NOT_FOUND",
-        Rejection::Offline | Rejection::NotStarted { .. } | Rejection::Ended | Rejection::BetweenWaves { .. } => {
-            "NOT_ACTIVE"
-        }
+        Rejection::Offline
+        | Rejection::NotStarted { .. }
+        | Rejection::Ended
+        | Rejection::BetweenWaves { .. }
+        | Rejection::Lottery
+        | Rejection::FirstCome => "NOT_ACTIVE",
         Rejection::NotEligible { .. } => "NOT_ELIGIBLE",
         Rejection::AlreadyClaimed => "ALREADY_CLAIMED",
         Rejection::SoldOut => "SOLD_OUT",

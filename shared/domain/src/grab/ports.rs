@@ -83,6 +83,11 @@ pub enum ClaimStep {
     /// Admission and claim in one call, for a guard that reserves nothing
     /// ([`RiskGuard::reserves`] false): nothing has to happen in between.
     Whole,
+    /// A lottery winner's claim, made by the draw (`crate::lottery`): none
+    /// of a press's checks (the registration made them, the draw chose the
+    /// user), the draw's window for the window, under the request id
+    /// [`crate::lottery::DRAW_REQUEST`].
+    Draw,
 }
 
 /// The home shard's answer to a claim.
@@ -155,6 +160,21 @@ pub enum PeekReply {
     Rejected(Rejection),
 }
 
+/// The home shard's answer to a lottery registration's admission
+/// ([`StockLedger::admit_entry`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryReply {
+    /// Nothing refuses it: register.
+    Open,
+    /// The user registered before, at this instant.
+    Entered {
+        /// When.
+        at_ms: i64,
+    },
+    /// What the shard refuses it with.
+    Rejected(Rejection),
+}
+
 /// The atomic stock operations, one shard at a time (Redis Lua scripts).
 #[async_trait]
 pub trait StockLedger: Send + Sync {
@@ -175,6 +195,13 @@ pub trait StockLedger: Send + Sync {
     /// release waves hold back; 0 for a shard with no state), read only:
     /// whether a dry run's borrow would find one there.
     async fn shard_stock(&self, coupon: &CouponId, shard: u32, now_ms: i64) -> Result<u64, StoreError>;
+    /// A lottery registration's admission on the home shard, read only:
+    /// the coupon's state, the registration window, the level, a device
+    /// the coupon requires, and an entry remembered there.
+    async fn admit_entry(&self, ask: &Peek<'_>) -> Result<EntryReply, StoreError>;
+    /// Remembers on the home shard that the user registered at `at_ms`, so
+    /// that a repeat ends at its admission.
+    async fn remember_entry(&self, ask: &Peek<'_>, at_ms: i64) -> Result<(), StoreError>;
     /// Reads the stored outcome of a request id without changing anything.
     async fn recorded(&self, claim: &Claim<'_>) -> Result<Option<Recorded>, StoreError>;
     /// True once the configured number of replicas hold every write made so
@@ -235,6 +262,14 @@ pub trait RiskGuard: Send + Sync {
     /// `claim.request`). Idempotent per press: a retry or a replay finds
     /// its reservation and takes nothing more.
     async fn reserve(&self, claim: &Claim<'_>, ip: Option<ClientIp>) -> Result<RiskDecision, StoreError>;
+    /// The reservation of a lottery registration (`claim.request` is the
+    /// registration's one request id): the blacklist, the IP's and the
+    /// device's distinct users, not the daily claims nor the device's (an
+    /// entry is not a claim). Idempotent as [`Self::reserve`]; nothing is
+    /// given back for an entry that was written.
+    async fn reserve_entry(&self, claim: &Claim<'_>, ip: Option<ClientIp>) -> Result<RiskDecision, StoreError> {
+        self.reserve(claim, ip).await
+    }
     /// The dry run of [`Self::reserve`]: whether a fresh press of `user`
     /// from `ip` and `device` would be refused now, reserving nothing.
     async fn check(

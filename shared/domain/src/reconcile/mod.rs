@@ -71,8 +71,10 @@ use crate::error::StoreError;
 use crate::grab::ports::StockLedger;
 use crate::ids::CouponId;
 use crate::live::LiveSettings;
+use crate::lottery::ports::Entries;
 use crate::metrics::{Metric, Metrics};
 
+mod draw;
 mod figures;
 mod pass;
 pub mod ports;
@@ -140,6 +142,8 @@ pub struct ReconcilePorts {
     /// The operators' settings on each shard, healed when a shard is behind
     /// the stored definition.
     pub live: Arc<dyn LiveSettings>,
+    /// A lottery's entries and draw, for the draw when it is due.
+    pub entries: Arc<dyn Entries>,
     /// The clock every decision reads (a test sets it by hand).
     pub clock: Arc<dyn Clock>,
     /// Where the function's metrics go (EMF lines in Lambda, a recorder in
@@ -179,7 +183,7 @@ impl Reconciler {
             ..ReconcileReport::default()
         };
         for def in self.ports.facts.definitions().await? {
-            if now > def.grab_end_ms.saturating_add(self.settings.retention_ms) {
+            if now > def.sells_until_ms().saturating_add(self.settings.retention_ms) {
                 continue;
             }
             match self.coupon(&def, now).await {
@@ -231,7 +235,7 @@ impl Reconciler {
                 continue;
             };
             let def = &stored.definition;
-            if now > def.grab_end_ms.saturating_add(self.settings.retention_ms) {
+            if now > def.sells_until_ms().saturating_add(self.settings.retention_ms) {
                 continue;
             }
             let figures = self.coupon(def, now).await?;

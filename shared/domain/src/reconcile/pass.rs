@@ -78,6 +78,18 @@ impl Reconciler {
         } else {
             Vec::new()
         };
+        // A lottery's draw, once due, with every shard there (its claims
+        // borrow across them): the winners' grants go with the re-drives.
+        // A draw that fails (a store, or a winner refused: the coupon taken
+        // offline) is reported and tried again by the next pass; it holds
+        // up none of the pass's other work.
+        if survey.missing.is_empty() && gate.is_clear() {
+            if let Err(e) = self.draw_lottery(def, now, &mut to_redrive, &mut r).await {
+                warn!(coupon = %coupon, error = %e, "lottery draw not finished");
+                r.causes
+                    .push(format!("lottery draw not finished ({e}); the next pass goes on"));
+            }
+        }
         let mut outboxes = Vec::new();
         for &shard in &survey.present {
             outboxes.push((shard, self.ports.repair.outbox(coupon, shard).await?));
@@ -253,7 +265,7 @@ impl Reconciler {
         if missing.is_empty() {
             return Ok(());
         }
-        if now >= stored.definition.grab_end_ms {
+        if now >= stored.definition.sells_until_ms() {
             r.causes.push(format!(
                 "{} shard(s) have no Redis state; the window is over, so they are not rebuilt",
                 missing.len()

@@ -66,6 +66,11 @@ pub(super) enum Gate {
 }
 
 impl Gate {
+    /// True if no shard is lost or restarted: every shard sells.
+    pub(super) fn is_clear(&self) -> bool {
+        *self == Self::Clear
+    }
+
     /// True if `shard` may be repaired this pass.
     pub(super) fn lets(&self, shard: u32) -> bool {
         matches!(self, Self::Passed { shards, .. } if shards.contains(&shard))
@@ -172,7 +177,7 @@ impl Reconciler {
         for shard in 0..def.shards {
             match self.ports.repair.verify(&def.coupon_id, shard, now, None).await? {
                 Verification::Suspect { .. } => affected.push(shard),
-                Verification::Missing if now < def.grab_end_ms => affected.push(shard),
+                Verification::Missing if now < def.sells_until_ms() => affected.push(shard),
                 _ => {}
             }
         }

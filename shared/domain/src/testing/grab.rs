@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use crate::clock::ManualClock;
 use crate::error::{PublishError, StoreError};
 use crate::grab::ports::{
-    BorrowEnd, Claim, ClaimReply, ClaimStep, CouponCatalog, GrantPublisher, Peek, PeekReply, Recorded, RepairRequests,
-    RiskDecision, RiskGuard, RiskHold, StockLedger, TakeReply,
+    BorrowEnd, Claim, ClaimReply, ClaimStep, CouponCatalog, EntryReply, GrantPublisher, Peek, PeekReply, Recorded,
+    RepairRequests, RiskDecision, RiskGuard, RiskHold, StockLedger, TakeReply,
 };
 use crate::grant::Grant;
 use crate::ids::{ClientIp, CouponId, DeviceId, UserId};
@@ -42,6 +42,8 @@ pub struct ScriptedLedger {
     pub unreplicated: bool,
     /// Each replica acknowledgement takes this long (the clock is moved).
     pub slow_replica: Option<(ManualClock, i64)>,
+    /// The answer to a registration's admission; `None` answers `Open`.
+    pub entry: Option<EntryReply>,
     /// Every call made, in order.
     pub calls: Mutex<Vec<String>>,
 }
@@ -84,6 +86,14 @@ impl StockLedger for ScriptedLedger {
             BorrowEnd::AllEmpty => Recorded::SoldOut,
             BorrowEnd::Closed(reason) => Recorded::Closed(reason.clone()),
         }))
+    }
+    async fn admit_entry(&self, ask: &Peek<'_>) -> Result<EntryReply, StoreError> {
+        self.log(format!("admit_entry:{}", ask.home_shard));
+        Ok(self.entry.clone().unwrap_or(EntryReply::Open))
+    }
+    async fn remember_entry(&self, ask: &Peek<'_>, at_ms: i64) -> Result<(), StoreError> {
+        self.log(format!("remember_entry:{}:{at_ms}", ask.home_shard));
+        Ok(())
     }
     async fn recorded(&self, _: &Claim<'_>) -> Result<Option<Recorded>, StoreError> {
         self.log("recorded".into());

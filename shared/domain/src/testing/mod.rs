@@ -9,6 +9,7 @@
 
 mod center;
 mod grab;
+mod lottery;
 mod notify;
 mod reconcile;
 mod redemption;
@@ -18,6 +19,7 @@ mod wallet;
 
 pub use center::{MemoryLiveCoupons, ScriptedStandings};
 pub use grab::{AllowAll, CountingQueue, FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, ScriptedLedger, Silent};
+pub use lottery::MemoryEntries;
 pub use notify::{MemoryBus, MemoryReminderBus};
 pub use reconcile::{FakeRedrive, MemoryFacts};
 pub use redemption::{CouponsHook, MemoryRedemptions};

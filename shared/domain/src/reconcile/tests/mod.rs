@@ -56,6 +56,7 @@ fn world_windowed(ledger: ScriptedLedger, send_window: i64) -> World {
             blacklist: facts.clone(),
             flags: shards.clone(),
             live: shards.clone(),
+            entries: Arc::new(crate::testing::MemoryEntries::default()),
             clock: Arc::new(ManualClock::new(NOW)),
             metrics: metrics.clone(),
         },
@@ -94,6 +95,8 @@ fn coupon(total: u64, shards: u32) -> CouponDefinition {
         waves: Vec::new(),
         rollover: true,
         device_required: false,
+        mode: Default::default(),
+        draw_at_ms: None,
     }
 }
 
