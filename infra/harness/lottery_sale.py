@@ -19,13 +19,13 @@ import collections
 import concurrent.futures
 import json
 import subprocess
-import threading
 import time
 import zlib
 
 from infra.harness.after_sale import notifications
 from infra.harness.calls import ROOT, grab, grab_call
 from infra.harness.ledger import ledger
+from infra.harness.waves_sale import start_pumping
 from infra.local import pump as pumpmod
 
 USERS = 150
@@ -94,15 +94,7 @@ def run(shards, concurrency):
     )
 
     until(definition["drawAtMs"])
-    pump, stop = pumpmod.Pump(), threading.Event()
-
-    def pumping():
-        while not stop.is_set():
-            if not pump.once():
-                time.sleep(0.05)
-
-    thread = threading.Thread(target=pumping, daemon=True)
-    thread.start()
+    pump, stop, thread = start_pumping()
     draw = pumpmod.invoke("reconciler", {})
     figures = next((c for c in draw.get("coupons", []) if c["couponId"] == coupon_id), {})
     time.sleep(1.0)

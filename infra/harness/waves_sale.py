@@ -106,11 +106,9 @@ def per_wave(waves, items, told, reminded):
     return rows
 
 
-def run(shards, concurrency):
-    """The whole waved sale; its report (`ok` says whether it kept the
-    promise)."""
-    definition, waves = create(shards)
-    coupon_id = definition["couponId"]
+def start_pumping():
+    """Issuance beside a sale, as the SQS event source mapping runs it: a
+    pump in a thread of its own until `stop` is set; `(pump, stop, thread)`."""
     pump, stop = pumpmod.Pump(), threading.Event()
 
     def pumping():
@@ -120,6 +118,15 @@ def run(shards, concurrency):
 
     thread = threading.Thread(target=pumping, daemon=True)
     thread.start()
+    return pump, stop, thread
+
+
+def run(shards, concurrency):
+    """The whole waved sale; its report (`ok` says whether it kept the
+    promise)."""
+    definition, waves = create(shards)
+    coupon_id = definition["couponId"]
+    pump, stop, thread = start_pumping()
     results = []
     # 30 users ask to be reminded; the schedule runs before the first wave
     # and as each wave opens (the next one is then within the lead).

@@ -4,26 +4,14 @@
 //! retries count once and a press that does not win gives its place back),
 //! and the coupons that require a device, refused at admission.
 
-use std::sync::Arc;
-
 use coupon_domain::config::RiskLimits;
 use coupon_domain::ids::DeviceId;
-use futures::stream::{self, StreamExt};
 use redis::AsyncCommands;
 
-use crate::support::{homed_on, send, Event, Harness, Options, Resp, T0};
+use crate::support::{homed_on, send_all, Event, Harness, Options, Resp, T0};
 
 async fn concurrently(h: &Harness, events: Vec<serde_json::Value>) -> Vec<Resp> {
-    let app = Arc::clone(&h.app);
-    stream::iter(events)
-        .map(|e| {
-            let app = Arc::clone(&app);
-            tokio::spawn(async move { send(&app, e).await })
-        })
-        .buffer_unordered(100)
-        .map(|r| r.expect("task"))
-        .collect()
-        .await
+    send_all(&h.app, events, 100).await
 }
 
 fn count(responses: &[Resp], code: &str, reason: Option<&str>) -> usize {

@@ -20,10 +20,9 @@ use coupon_domain::ids::{CouponId, UserId};
 use coupon_domain::lottery::ports::Entries;
 use coupon_domain::lottery::{verify, Seed, DRAW_SETTLE_MS};
 use coupon_domain::reconcile::ports::DurableFacts;
-use futures::stream::{self, StreamExt};
 use serde_json::Value;
 
-use crate::support::{send, Event, Harness, Options, Resp, T0};
+use crate::support::{send_all, Event, Harness, Options, Resp, T0};
 
 /// A lottery of `stock` units on `shards` shards: registration during the
 /// suite's usual window, the draw as soon after it as allowed.
@@ -154,16 +153,8 @@ async fn thirty_concurrent_identical_registrations_make_one_entry() {
     let h = Harness::new().await;
     let def = lottery(&h, 3, 2);
     let coupon = h.create(&def).await;
-    let app = Arc::clone(&h.app);
-    let answers: Vec<Resp> = stream::iter(0..30)
-        .map(|_| {
-            let (app, e) = (Arc::clone(&app), entry(&coupon, "twin").build());
-            tokio::spawn(async move { send(&app, e).await })
-        })
-        .buffer_unordered(30)
-        .map(|r| r.expect("task"))
-        .collect()
-        .await;
+    let events = (0..30).map(|_| entry(&coupon, "twin").build()).collect();
+    let answers = send_all(&h.app, events, 30).await;
     assert!(
         answers.iter().all(|r| r.code() == "SUCCESS"),
         "{:?}",

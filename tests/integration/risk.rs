@@ -1,25 +1,13 @@
 //! Risk limits keyed by user and IP hold under concurrency, and a grab that
 //! does not win gives its reservation back.
 
-use std::sync::Arc;
-
 use coupon_domain::config::RiskLimits;
-use futures::stream::{self, StreamExt};
 use redis::AsyncCommands;
 
-use crate::support::{send, Event, Harness, Options, Resp};
+use crate::support::{send_all, Event, Harness, Options, Resp};
 
 async fn concurrently(h: &Harness, events: Vec<serde_json::Value>) -> Vec<Resp> {
-    let app = Arc::clone(&h.app);
-    stream::iter(events)
-        .map(|e| {
-            let app = Arc::clone(&app);
-            tokio::spawn(async move { send(&app, e).await })
-        })
-        .buffer_unordered(50)
-        .map(|r| r.expect("task"))
-        .collect()
-        .await
+    send_all(&h.app, events, 50).await
 }
 
 fn count(responses: &[Resp], code: &str) -> usize {

@@ -8,13 +8,47 @@
 
 use coupon_adapters::redis::RedisRepair;
 use coupon_domain::clock::Clock;
-use coupon_domain::coupon::Wave;
+use coupon_domain::coupon::{CouponDefinition, Wave};
 use coupon_domain::reconcile::ports::{DurableBound, DurableFacts, StockRepair, Verification};
+use coupon_domain::reconcile::CouponReport;
 use serde_json::json;
 
 use crate::support::{homed_on, Harness, Options, Server, T0};
 
 use super::waves::{count, presses, MIN};
+
+/// A harness over a Redis server of the test's own, to `SAVE` and to
+/// restart from that snapshot.
+async fn own_server() -> (Server, Harness) {
+    let server = Server::standalone();
+    let h = Harness::with(Options {
+        redis_url: Some(server.url()),
+        ..Options::without_ip_limit()
+    })
+    .await;
+    (server, h)
+}
+
+/// Restarts the server from its snapshot and lets the reconciler settle
+/// its shards: a pass that finds them suspect, then passes past the send
+/// window until none waits for its coupon's barriers (a local queue may
+/// hand them over a pass later: LocalStack's does).
+async fn restart_and_check(server: &mut Server, h: &Harness, def: &CouponDefinition) -> CouponReport {
+    server.restart_from_snapshot();
+    h.wait_for_redis().await;
+    h.reconcile_windowed(def, 3_000).await;
+    h.clock.advance(3_000);
+    let mut report = h.reconcile_windowed(def, 3_000).await;
+    for _ in 0..20 {
+        if report.shards_waiting == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        report = h.reconcile_windowed(def, 3_000).await;
+    }
+    assert_eq!(report.shards_waiting, 0, "the restarted shards were never checked: {report:?}");
+    report
+}
 
 /// A shard whose stock is all held back for the next wave sells nothing,
 /// so its users borrow from the other shards, which moves none of its
@@ -27,12 +61,7 @@ use super::waves::{count, presses, MIN};
 /// its state's last stamp, and the rebuild restores the claim.
 #[tokio::test]
 async fn a_claim_borrowed_while_the_home_shard_held_its_stock_back_survives_a_restart_from_an_older_snapshot() {
-    let mut server = Server::standalone();
-    let h = Harness::with(Options {
-        redis_url: Some(server.url()),
-        ..Options::without_ip_limit()
-    })
-    .await;
+    let (mut server, h) = own_server().await;
     let mut def = h.coupon(4);
     def.shards = 2;
     def.waves = vec![
@@ -93,12 +122,7 @@ async fn a_claim_borrowed_while_the_home_shard_held_its_stock_back_survives_a_re
 /// behind the durable definition's version is now dropped and rebuilt.
 #[tokio::test]
 async fn a_claim_borrowed_under_a_wave_added_after_the_snapshot_survives_a_restart_from_it() {
-    let mut server = Server::standalone();
-    let h = Harness::with(Options {
-        redis_url: Some(server.url()),
-        ..Options::without_ip_limit()
-    })
-    .await;
+    let (mut server, h) = own_server().await;
     let mut def = h.coupon(4);
     def.shards = 2;
     def.rollover = false;
@@ -171,12 +195,7 @@ async fn a_claim_borrowed_under_a_wave_added_after_the_snapshot_survives_a_resta
 /// whose sequence the check then finds behind DynamoDB's.
 #[tokio::test]
 async fn a_press_on_a_clock_behind_the_shard_s_stamp_is_judged_where_the_restart_check_looks() {
-    let mut server = Server::standalone();
-    let h = Harness::with(Options {
-        redis_url: Some(server.url()),
-        ..Options::without_ip_limit()
-    })
-    .await;
+    let (mut server, h) = own_server().await;
     let time: Vec<i64> = server
         .cmd(&["TIME"])
         .split_whitespace()
@@ -214,11 +233,7 @@ async fn a_press_on_a_clock_behind_the_shard_s_stamp_is_judged_where_the_restart
     assert!(grant.contains("-0-"), "won on its home shard, not borrowed: {grant}");
     h.pump().await;
 
-    server.restart_from_snapshot();
-    h.wait_for_redis().await;
-    h.reconcile_windowed(&def, 3_000).await;
-    h.clock.advance(3_000);
-    let report = h.reconcile_windowed(&def, 3_000).await;
+    let report = restart_and_check(&mut server, &h, &def).await;
     assert!(report.shards_rebuilt >= 1, "{report:?}");
     // Once the second wave is out on the user's clock too, a shard that
     // forgot the claim would sell them a second coupon.
@@ -238,12 +253,7 @@ async fn a_press_on_a_clock_behind_the_shard_s_stamp_is_judged_where_the_restart
 /// sees the state as restored (and behind the definition), and drops it.
 #[tokio::test]
 async fn stock_added_before_a_restarted_shard_is_checked_does_not_hide_a_borrow_it_forgot() {
-    let mut server = Server::standalone();
-    let h = Harness::with(Options {
-        redis_url: Some(server.url()),
-        ..Options::without_ip_limit()
-    })
-    .await;
+    let (mut server, h) = own_server().await;
     let mut def = h.coupon(2);
     def.shards = 2;
     let coupon = h.create(&def).await;
@@ -286,12 +296,7 @@ async fn stock_added_before_a_restarted_shard_is_checked_does_not_hide_a_borrow_
 /// ahead of the one the shard is checked on.
 #[tokio::test]
 async fn a_claim_borrowed_on_a_clock_ahead_of_the_reconciler_s_survives_a_restart() {
-    let mut server = Server::standalone();
-    let h = Harness::with(Options {
-        redis_url: Some(server.url()),
-        ..Options::without_ip_limit()
-    })
-    .await;
+    let (mut server, h) = own_server().await;
     let mut def = h.coupon(3);
     def.shards = 2;
     def.rollover = false;
@@ -345,12 +350,7 @@ async fn a_claim_borrowed_on_a_clock_ahead_of_the_reconciler_s_survives_a_restar
 /// at, so any state from before it is behind the mark, and dropped.
 #[tokio::test]
 async fn a_snapshot_from_before_a_rebuild_is_never_taken_for_the_rebuilt_state() {
-    let mut server = Server::standalone();
-    let h = Harness::with(Options {
-        redis_url: Some(server.url()),
-        ..Options::without_ip_limit()
-    })
-    .await;
+    let (mut server, h) = own_server().await;
     let mut def = h.coupon(6);
     def.shards = 3;
     let coupon = h.create(&def).await;
@@ -376,11 +376,7 @@ async fn a_snapshot_from_before_a_rebuild_is_never_taken_for_the_rebuilt_state()
     );
     h.pump().await;
 
-    server.restart_from_snapshot();
-    h.wait_for_redis().await;
-    h.reconcile_windowed(&def, 3_000).await;
-    h.clock.advance(3_000);
-    h.reconcile_windowed(&def, 3_000).await;
+    restart_and_check(&mut server, &h, &def).await;
     let again = h.grab(&coupon, &borrower, "again").await;
     assert_eq!(again.code(), "ALREADY_CLAIMED", "{}", again.body);
     let last = presses(&h, &coupon, "last", 3).await;

@@ -49,6 +49,22 @@ pub async fn send(app: &GrabApp, event: Value) -> Resp {
     decode(grab::handle(app, request(&event)).await.expect("infallible"))
 }
 
+/// Every event through the grab handler, `at_once` of them at a time on
+/// tasks of their own (as many Lambda instances answer at once); the
+/// answers in the order they came.
+pub async fn send_all(app: &std::sync::Arc<GrabApp>, events: Vec<Value>, at_once: usize) -> Vec<Resp> {
+    use futures::stream::{self, StreamExt};
+    stream::iter(events)
+        .map(|e| {
+            let app = std::sync::Arc::clone(app);
+            tokio::spawn(async move { send(&app, e).await })
+        })
+        .buffer_unordered(at_once)
+        .map(|r| r.expect("task"))
+        .collect()
+        .await
+}
+
 /// An API Gateway event as the runtime hands it to a handler.
 pub fn request(event: &Value) -> lambda_http::Request {
     lambda_http::request::from_str(&event.to_string()).expect("a valid API Gateway event")

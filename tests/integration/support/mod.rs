@@ -25,7 +25,7 @@ mod stream;
 mod wallet;
 
 pub use admin::admin_send_to;
-pub use events::{send, sqs_event, Event, Resp};
+pub use events::{send, send_all, sqs_event, Event, Resp};
 pub use harness::{homed_on, Harness, Options};
 pub use replica::{ReplicaSet, Server};
 pub use stack::{unique, Stack, HOUR, T0};
