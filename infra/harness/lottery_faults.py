@@ -65,7 +65,13 @@ def lottery_scenario(name, rig, short, seed):
         "grabStartMs": now - 1000, "grabEndMs": end, "validFromMs": now, "validUntilMs": now + 86_400_000,
         "shards": shards, "mode": "LOTTERY", "drawAtMs": end + DRAW_SETTLE_MS,
     }
-    status, body = call("POST", "/lambda-url/admin/admin/coupons", definition)
+    # As an operator's script does: a retryable answer (Redis still coming
+    # back from the scenario before) is retried.
+    for _ in range(20):
+        status, body = call("POST", "/lambda-url/admin/admin/coupons", definition)
+        if status not in (0, 429, 500, 502, 503):
+            break
+        time.sleep(0.5)
     if status != 200:
         raise SystemExit(f"{name}: create failed: {status} {body[:300]!r}")
     issuance = Issuance(duplicate=fault == "duplicate_delivery")
