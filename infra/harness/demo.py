@@ -50,6 +50,7 @@ from infra.harness.after_sale import notifications, orders
 from infra.harness.calls import ROOT, admin_get, grab, serve
 from infra.harness.ledger import holders, ledger
 from infra.local import pump as pumpmod
+from infra.local.settings import aws
 
 def create_coupon(args):
     now = int(time.time() * 1000)
@@ -75,12 +76,16 @@ def create_coupon(args):
 
 class Sampler(threading.Thread):
     """The coupon's live figures (remaining, issued, pending) every half
-    second through the admin API, for the report's charts."""
+    second through the admin API, for the report's charts; and how long the
+    local AWS endpoint takes to answer a small call meanwhile (the grant
+    queue's depth), the stand-in's share of a win's time."""
 
     def __init__(self, coupon_id, started):
         super().__init__(daemon=True)
         self.coupon_id, self.started = coupon_id, started
         self.samples = []
+        self.aws_ms = []
+        self.sqs = aws("sqs")
         self.stop = threading.Event()
 
     def sample(self):
@@ -89,9 +94,19 @@ class Sampler(threading.Thread):
         if f:
             self.samples.append((time.perf_counter() - self.started, f["remaining"], f["issued"], f["pending"]))
 
+    def probe(self):
+        t0 = time.perf_counter()
+        try:
+            self.sqs.get_queue_attributes(QueueUrl=os.environ["GRANT_QUEUE_URL"],
+                                          AttributeNames=["ApproximateNumberOfMessages"])
+        except Exception:  # a probe that fails measures nothing
+            return
+        self.aws_ms.append((time.perf_counter() - t0) * 1000)
+
     def run(self):
         while not self.stop.wait(0.5):
             self.sample()
+            self.probe()
 
 
 def presses(args):
@@ -198,6 +213,10 @@ def tally(args, definition, sold, reconcile, figures, spending, told):
         len(issued_ids) - len(set(issued_ids))
     )
     latencies = sorted(ms for *_, ms in results)
+    pct = lambda values, p: round(reportmod.percentile(sorted(values), p), 2) if values else None
+    handler = [r.server_ms for r in results if r.server_ms is not None]
+    emulator = [max(0.0, r.last_ms - r.server_ms) for r in results if r.server_ms is not None]
+    win_handler = [r.server_ms for r in results if r.server_ms is not None and r.payload.get("code") == "SUCCESS"]
     return {
         "couponId": coupon_id,
         "users": args.users,
@@ -211,10 +230,29 @@ def tally(args, definition, sold, reconcile, figures, spending, told):
         "rejected": len(rejected),
         "transport_errors": codes.get("TRANSPORT_ERROR", 0),
         "codes": dict(codes),
+        # What the clients heard before their final answers (docs/api.md's
+        # retries of the same request id): how many presses needed one, and
+        # each retryable answer by code.
+        "presses_retried": sum(1 for r in results if r.retried),
+        "retried_answers": dict(collections.Counter(c for r in results for c in r.retried)),
+        "busy_answers": sum(r.retried.count("BUSY") + (r.payload.get("code") == "BUSY") for r in results),
         "p50_ms": round(reportmod.percentile(latencies, 50), 2),
         "p90_ms": round(reportmod.percentile(latencies, 90), 2),
         "p99_ms": round(reportmod.percentile(latencies, 99), 2),
         "max_ms": round(latencies[-1], 2) if latencies else 0,
+        # Where a press's time went (each answer's last attempt): the grab
+        # handler's own time (Server-Timing: its Redis and AWS calls), the
+        # rest of what the client measured (locally: waiting for one of the
+        # Lambda emulator's LAMBDA_CONCURRENCY instances, and HTTP), and how
+        # long the local AWS endpoint took for a small call meanwhile.
+        "latency_parts": {
+            "handler_p50_ms": pct(handler, 50), "handler_p99_ms": pct(handler, 99),
+            "win_handler_p50_ms": pct(win_handler, 50), "win_handler_p99_ms": pct(win_handler, 99),
+            "emulator_wait_p50_ms": pct(emulator, 50), "emulator_wait_p99_ms": pct(emulator, 99),
+            "local_aws_p50_ms": pct(sold.sampler.aws_ms, 50), "local_aws_p99_ms": pct(sold.sampler.aws_ms, 99),
+            "lambda_concurrency": int(os.environ.get("LAMBDA_CONCURRENCY", "4")),
+            "clients": args.concurrency,
+        },
         "throughput_rps": round(len(results) / sold.elapsed, 1),
         "grab_seconds": round(sold.elapsed, 2),
         "issuer_deliveries": sold.pump.delivered,
@@ -253,8 +291,16 @@ def show(report, sold, args, ok):
     print()
     for key in ["requests", "winners", "issued", "stock", "oversell", "duplicates", "lost",
                 "redeemed", "returned", "double_spends", "used_in_dynamodb", "notifications", "pushed",
+                "presses_retried", "busy_answers",
                 "p50_ms", "p99_ms", "throughput_rps", "startup_seconds", "grab_seconds", "drain_seconds"]:
         print(f"  {key:<18}{report[key]}")
+    parts = report["latency_parts"]
+    print(f"  {'where time went':<18}the grab handler p50 {parts['handler_p50_ms']} / p99 {parts['handler_p99_ms']} ms "
+          f"(a win p50 {parts['win_handler_p50_ms']} / p99 {parts['win_handler_p99_ms']} ms, its Redis and AWS calls);\n"
+          f"  {'':<18}waiting for one of the local emulator's {parts['lambda_concurrency']} instances "
+          f"({parts['clients']} clients) p50 {parts['emulator_wait_p50_ms']} / p99 {parts['emulator_wait_p99_ms']} ms;\n"
+          f"  {'':<18}the local AWS endpoint (moto) answered a small call in p50 {parts['local_aws_p50_ms']} / "
+          f"p99 {parts['local_aws_p99_ms']} ms meanwhile")
     print(f"  {'stock equation':<18}drift {figures.get('drift')} "
           f"(remaining {figures.get('remaining')}, issued {figures.get('issued')}, "
           f"pending {figures.get('pending')}, rejected {figures.get('rejected')})")

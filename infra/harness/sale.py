@@ -22,6 +22,9 @@ import sys
 import threading
 import time
 
+# A press is retried with the same request id on the answers the demo's
+# client retries (calls.RETRYABLE).
+from infra.harness.calls import RETRYABLE
 from infra.harness.lambda_host import LambdaHost, env_file
 from infra.local import pump as pumpmod
 from infra.local.settings import port
@@ -31,10 +34,6 @@ HOST = "127.0.0.1"
 PORT = port("CHAOS_LAMBDA_PORT")
 # The event pump invokes the issuer and the reconciler served here.
 pumpmod.LAMBDA = f"http://{HOST}:{PORT}"
-# A press is retried with the same request id on these: the service's own
-# retryable answers, a broken connection, and a 5xx without the service's
-# envelope (API Gateway's 502 when the function died, an emulator error).
-RETRYABLE = {"BUSY", "RATE_LIMITED", "TRANSPORT_ERROR", "GATEWAY_ERROR"}
 
 
 # ---------------------------------------------------------------- serving

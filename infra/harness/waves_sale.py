@@ -36,7 +36,7 @@ def create(shards):
     """The three-wave coupon, created with couponctl; its waves as
     `[(atMs, units), ...]`."""
     now = int(time.time() * 1000)
-    waves = [(now + int((6 + k * GAP_SECONDS) * 1000), units) for k, units in enumerate(UNITS)]
+    waves = [(now + int((8 + k * GAP_SECONDS) * 1000), units) for k, units in enumerate(UNITS)]
     definition = {
         "couponId": f"waves-{now}",
         "name": "On the hour: 10 off, three waves",

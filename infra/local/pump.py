@@ -118,7 +118,10 @@ class Pump:
         if not messages:
             return 0
         try:
-            response = invoke("issuer", sqs_event(messages, self.arn))
+            # Within the issuer's Lambda timeout (30 s) and a margin: an
+            # invocation the local emulator lost comes back as a failed
+            # batch, as a timed-out one does in AWS.
+            response = invoke("issuer", sqs_event(messages, self.arn), timeout=45)
             failed = {f["itemIdentifier"] for f in (response or {}).get("batchItemFailures", [])}
         except (urllib.error.URLError, RuntimeError, TimeoutError) as e:
             print(f"pump: issuer invocation failed, batch stays on the queue: {e}", file=sys.stderr)
@@ -193,7 +196,8 @@ class StreamPump:
         self.iterators = {}
         self.checkpoint = pathlib.Path(checkpoint) if checkpoint else None
         self.positions = self._load_positions()
-        self.invoke = invoke_fn or (lambda payload: invoke("notifier", payload))
+        # Within the notifier's Lambda timeout and a margin, as the issuer's.
+        self.invoke = invoke_fn or (lambda payload: invoke("notifier", payload, timeout=45))
         self.delivered = 0
         self.given_up = 0
 

@@ -182,6 +182,51 @@ def test_a_win_waits_for_a_replica_in_aws_and_one_is_left_after_a_failover():
     assert int(reconciler["REDIS_REPLICA_ACKS"]) == acks
 
 
+def functions_running_the_pass():
+    """The template's functions whose code builds the reconciler's pass
+    (`Reconciler::new`), found in the source, not listed by hand: a new
+    caller of the pass is checked the day it appears."""
+    found = [
+        FUNCTIONS[crate.name]
+        for crate in sorted((ROOT / "functions").iterdir())
+        if crate.name in FUNCTIONS
+        and any("Reconciler::new(" in src.read_text() for src in (crate / "src").rglob("*.rs"))
+    ]
+    assert "ReconcilerFunction" in found and len(found) >= 2, found
+    return found
+
+
+# The settings of the pass itself: a function that runs it with another
+# value runs another pass (with REDIS_REPLICA_ACKS 0, an operator's
+# reconcile re-drove grants no replica held, after a failover exactly the
+# case the setting exists for).
+PASS_SETTINGS = ("REDIS_REPLICA_ACKS", "REDIS_REPLICA_ACK_TIMEOUT_MS", "GRANT_DLQ_URL", "GRANT_QUEUE_URL",
+                 "RECONCILE_GRACE_MS")
+
+
+def test_every_function_that_runs_the_reconcilers_pass_runs_it_with_the_same_settings_and_rights():
+    resources = template()["Resources"]
+    grab = resources["GrabFunction"]["Properties"]["Environment"]["Variables"]
+    scheduled = resources["ReconcilerFunction"]["Properties"]["Environment"]["Variables"]
+    assert scheduled["REDIS_REPLICA_ACKS"] == grab["REDIS_REPLICA_ACKS"]
+    assert scheduled["REDIS_REPLICA_ACK_TIMEOUT_MS"] == grab["REDIS_REPLICA_ACK_TIMEOUT_MS"]
+    for logical in functions_running_the_pass():
+        props = resources[logical]["Properties"]
+        env = props["Environment"]["Variables"]
+        for name in PASS_SETTINGS:
+            assert env.get(name) == scheduled[name], (logical, name, env.get(name))
+        # What the pass reads of the queues: the grant queue's messages on
+        # their way, the dead-letter queue's depth.
+        reads = [
+            s["Resource"] for p in props["Policies"] if "Statement" in p for s in p["Statement"]
+            if s["Action"] == "sqs:GetQueueAttributes" or "sqs:GetQueueAttributes" in s["Action"]
+        ]
+        readable = json.dumps(reads)
+        for queue in ("GrantQueue", "GrantDeadLetterQueue"):
+            assert json.dumps({"Fn::GetAtt": f"{queue}.Arn"})[1:-1] in readable or f'"{queue}.Arn"' in readable, (
+                logical, queue, reads)
+
+
 def family_for(engine, version):
     """What the parameter group's family expression evaluates to."""
     expr = template()["Resources"]["RedisParameterGroup"]["Properties"]["CacheParameterGroupFamily"]

@@ -8,9 +8,12 @@
 //! the sender looks at are its own.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use coupon_domain::coupon::{CouponDefinition, Wave};
-use serde_json::Value;
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
 
 use crate::support::{Harness, TestBus, HOUR};
 
@@ -157,5 +160,53 @@ async fn a_reminder_for_an_unknown_ended_or_open_coupon_is_a_clear_4xx() {
     assert_eq!(
         (none.code(), &none.body["data"]["removed"]),
         ("SUCCESS", &Value::Bool(false))
+    );
+}
+
+/// On a loaded machine a pass over many coupons took longer than the time
+/// left before a wave: the reminders, sent after it, found the wave open
+/// and skipped it. They go out beside the pass now, and a pass that fails
+/// keeps none of them back.
+#[tokio::test]
+async fn a_scheduled_pass_sends_the_reminders_due_while_its_reconciliation_is_held_up_and_when_it_fails() {
+    let h = Harness::new().await;
+    let now = h.own_epoch();
+    let def = three_waves(&h, now);
+    let coupon = h.create(&def).await;
+    for user in ["alice", "bob"] {
+        let put = h.wallet_call("PUT", &format!("/me/reminders/{coupon}"), user).await;
+        assert_eq!(put.code(), "SUCCESS", "{}", put.body);
+    }
+    h.clock.set(def.grab_start_ms - 4 * MIN);
+    let bus = TestBus::create(&h.stack).await;
+    let release = Arc::new(Notify::new());
+    let app = reconciler::App {
+        reconciler: h.reconciler_held_then_failing(release.clone()),
+        ..h.reconciler_app(&bus.name)
+    };
+    let app = Arc::new(app);
+    let schedule = LambdaEvent::new(json!({"source": "aws.scheduler"}), Context::default());
+    let invocation = tokio::spawn({
+        let app = app.clone();
+        async move { reconciler::handle(&app, schedule).await.map_err(|e| e.to_string()) }
+    });
+
+    let delivered = bus.delivered(&h.stack, 2).await;
+    assert!(!invocation.is_finished(), "the pass is still held up");
+    let users: BTreeSet<&str> = delivered
+        .iter()
+        .map(|e| e["detail"]["userId"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, BTreeSet::from(["alice", "bob"]), "{delivered:?}");
+    release.notify_one();
+    let failed = invocation.await.unwrap();
+    assert!(
+        failed.is_err(),
+        "the pass's failure is still the invocation's: {failed:?}"
+    );
+    assert_eq!(
+        sent(&app).await["sent"],
+        0,
+        "the reminders were marked: the next pass sends none again"
     );
 }

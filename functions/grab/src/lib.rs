@@ -77,22 +77,36 @@ struct GrabBody {
 
 /// Serves one request. Infallible: every outcome, including internal
 /// failures, is rendered as a response with a stable code.
+///
+/// Every response carries `Server-Timing: app;dur=<ms>`, the handler's own
+/// time (its Redis and AWS calls included): what a client measures beyond
+/// it is the network, API Gateway, or locally the Lambda emulator's queue,
+/// so a slow press can be placed without a trace.
 pub async fn handle(app: &GrabApp, req: Request) -> Result<Response<Body>, Infallible> {
+    let started = std::time::Instant::now();
     let lang = Lang::from_accept_language(header_str(req.headers(), "accept-language"));
-    if !came_through_edge(&req, app.origin.as_ref()) {
-        let reply = Reply::error(ErrorCode::Forbidden).with_message(AROUND_THE_EDGE);
-        return Ok(reply.into_response(lang));
-    }
-    let reply = match route::route(req.method(), req.uri().path()).into_route() {
-        Ok(Route::Grab(raw_coupon)) => grab(app, &req, &raw_coupon).await,
-        Ok(Route::Eligibility(raw_coupon)) => eligibility(app, &req, &raw_coupon).await,
-        Ok(Route::Center) => center(app, &req).await,
-        Ok(Route::Enter(raw_coupon)) => entries::enter(app, &req, &raw_coupon).await,
-        Ok(Route::MyEntry(raw_coupon)) => entries::my_entry(app, &req, &raw_coupon).await,
-        Err(reply) => reply,
+    let reply = if !came_through_edge(&req, app.origin.as_ref()) {
+        Reply::error(ErrorCode::Forbidden).with_message(AROUND_THE_EDGE)
+    } else {
+        match route::route(req.method(), req.uri().path()).into_route() {
+            Ok(Route::Grab(raw_coupon)) => grab(app, &req, &raw_coupon).await,
+            Ok(Route::Eligibility(raw_coupon)) => eligibility(app, &req, &raw_coupon).await,
+            Ok(Route::Center) => center(app, &req).await,
+            Ok(Route::Enter(raw_coupon)) => entries::enter(app, &req, &raw_coupon).await,
+            Ok(Route::MyEntry(raw_coupon)) => entries::my_entry(app, &req, &raw_coupon).await,
+            Err(reply) => reply,
+        }
     };
-    Ok(reply.into_response(lang))
+    let mut response = reply.into_response(lang);
+    let timing = format!("app;dur={:.1}", started.elapsed().as_secs_f64() * 1000.0);
+    if let Ok(value) = header::HeaderValue::from_str(&timing) {
+        response.headers_mut().insert(SERVER_TIMING, value);
+    }
+    Ok(response)
 }
+
+/// The W3C Server-Timing header (not among `http`'s constants).
+const SERVER_TIMING: &str = "server-timing";
 
 /// Who asks about which coupon: the verified caller (401 without one) and
 /// the coupon id from the path (400 if malformed), for both routes.

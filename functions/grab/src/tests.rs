@@ -246,6 +246,24 @@ async fn behind_the_edge_a_request_without_its_secret_is_403_and_touches_no_stor
     assert_eq!((status, body["code"].as_str()), (200, Some("SUCCESS")), "{body}");
 }
 
+/// A client places a slow press without a trace: the handler's own time
+/// comes with every answer, success or refusal.
+#[tokio::test]
+async fn every_answer_says_how_long_the_handler_took_in_server_timing() {
+    let win = handle(&app(won(), Arc::default()), fixture("jwt")).await.unwrap();
+    let mut no_user = fixture("jwt");
+    *no_user.uri_mut() = "/nowhere".parse().unwrap();
+    let refused = handle(&app(won(), Arc::default()), no_user).await.unwrap();
+    for resp in [win, refused] {
+        let timing = resp.headers()["server-timing"].to_str().unwrap().to_owned();
+        let ms: f64 = timing
+            .strip_prefix("app;dur=")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{timing}"));
+        assert!(ms >= 0.0, "{timing}");
+    }
+}
+
 #[tokio::test]
 async fn redis_that_does_not_answer_is_503_busy_with_retry_after() {
     let ledger = ScriptedLedger {

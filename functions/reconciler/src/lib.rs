@@ -5,9 +5,10 @@
 //! coupon's Redis state gone asks there, and the named coupons get a pass
 //! at once instead of at the next scheduled run.
 //!
-//! Each scheduled pass also sends the reminders that are due
+//! Each scheduled invocation also sends the reminders that are due
 //! (`CouponSaleStarting`, `coupon_domain::remind`) when `EVENT_BUS_NAME`
-//! is set: [`remind`].
+//! is set ([`remind`]), beside the pass rather than after it, so neither a
+//! long pass nor a failed one holds a reminder back past its opening.
 //!
 //! Safe to run twice at once and to die half way; see the module docs of
 //! `coupon_domain::reconcile`. [`wire`] builds it over real clients, for
@@ -126,9 +127,13 @@ pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error
         }
         return Ok(serde_json::to_value(&report)?);
     }
-    let report = app.reconciler.run().await?;
-    let mut out = serde_json::to_value(&report)?;
-    if let Some(reminders) = remind(app).await {
+    // The reminders go out beside the pass, not after it: a pass over many
+    // coupons (or one held up by a store) takes seconds to minutes, and a
+    // reminder computed after it could find its wave already open and be
+    // skipped; nor may a pass that fails keep them back.
+    let (report, reminders) = tokio::join!(app.reconciler.run(), remind(app));
+    let mut out = serde_json::to_value(&report?)?;
+    if let Some(reminders) = reminders {
         out["reminders"] = reminders;
     }
     if let Some((client, group)) = &app.elasticache {
@@ -145,8 +150,8 @@ pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error
 
 /// The schedule's reminder step: every reminder due among the live coupons
 /// goes out (its report), or `None` without a bus. A failed read of the
-/// live coupons is reported and left to the next pass, a minute later:
-/// the reconciliation it follows has done its work.
+/// live coupons is reported and left to the next pass, a minute later
+/// (the lead spans five of them).
 pub async fn remind(app: &App) -> Option<Value> {
     let reminding = app.reminders.as_ref()?;
     Some(match reminding.live.live(reminding.clock.now_ms()).await {

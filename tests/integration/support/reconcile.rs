@@ -108,12 +108,30 @@ impl Harness {
         let facts = Arc::new(OwnCoupons {
             inner: DynamoFacts::new(reconciler::tables(&config, &clients)),
             own: self.own.clone(),
+            held: None,
         });
         let settings = ReconcileSettings {
             retention_ms: 7 * 24 * HOUR,
             ..reconciler::settings(&config)
         };
         Reconciler::new(adjust(reconciler::ports(&config, &clients, facts)), settings)
+    }
+
+    /// A reconciler whose pass is held up at its first read (a store that
+    /// answers slowly, a pass over many coupons) until `release` is
+    /// notified, and then fails.
+    pub fn reconciler_held_then_failing(&self, release: Arc<tokio::sync::Notify>) -> Reconciler {
+        let config = self.reconciler_config(&self.queue_url);
+        let clients = self.reconciler_clients();
+        let facts = Arc::new(OwnCoupons {
+            inner: DynamoFacts::new(reconciler::tables(&config, &clients)),
+            own: self.own.clone(),
+            held: Some(release),
+        });
+        Reconciler::new(
+            reconciler::ports(&config, &clients, facts),
+            reconciler::settings(&config),
+        )
     }
 
     /// Reconciles this harness's coupons as deployed, with the issuer
@@ -132,15 +150,21 @@ impl Harness {
     }
 }
 
-/// The durable facts of the real ledger, limited to one harness's coupons.
+/// The durable facts of the real ledger, limited to one harness's coupons;
+/// with `held`, a pass that waits for it at its first read, then fails.
 struct OwnCoupons {
     inner: DynamoFacts,
     own: Arc<Mutex<HashSet<CouponId>>>,
+    held: Option<Arc<tokio::sync::Notify>>,
 }
 
 #[async_trait::async_trait]
 impl DurableFacts for OwnCoupons {
     async fn definitions(&self) -> Result<Vec<CouponDefinition>, StoreError> {
+        if let Some(release) = &self.held {
+            release.notified().await;
+            return Err(StoreError::Conflict("the test's pass was held up, then failed".into()));
+        }
         let own = self.own.lock().unwrap().clone();
         // Read through the real scan, then keep this test's coupons.
         Ok(self
