@@ -89,8 +89,11 @@ def warm(deadline_seconds=900):
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(width) as pool:
         for name, (method, path, body) in WARM_CALLS.items():
-            quick = 0
-            while quick < 2 and time.time() < deadline:
+            quick, rounds = 0, 0
+            # The first round may wait minutes (a build); on a loaded
+            # machine a round may never be quick: 30 rounds are enough.
+            while quick < 2 and rounds < 30 and time.time() < deadline:
+                rounds += 1
                 t0 = time.perf_counter()
                 for f in [pool.submit(call, method, path, body) for _ in range(width)]:
                     try:
@@ -163,51 +166,65 @@ def backoff(attempt, retry_after):
     return base * random.uniform(0.5, 1.0)
 
 
-def grab(coupon_id, user, request_id, ip):
-    """A user's press, retried as docs/api.md asks until a final answer (or
-    PRESS_PATIENCE_SECONDS, then the last retryable answer stands)."""
-    body = json.dumps({"requestId": request_id})
-    headers = {"content-type": "application/json", "x-user-id": user, "x-forwarded-for": ip}
+class Answer(collections.namedtuple("Answer", "status payload retried total_ms last_ms server_ms")):
+    """A call's final answer (`status`, `payload`), the retryable answers
+    heard before it, the time from the first send to it and of its last
+    attempt alone, and the handler's own time (Server-Timing) if given."""
+
+
+def attempt(method, path, body, headers):
+    """One send on this thread's connection: `(status, payload,
+    retry_after, server_ms)`; a broken connection (or no answer within
+    ATTEMPT_TIMEOUT_SECONDS) is TRANSPORT_ERROR, a 5xx without the
+    service's envelope GATEWAY_ERROR."""
+    try:
+        c = CLIENT.conn()
+        c.request(method, path, body=body, headers=headers)
+        r = c.getresponse()
+        raw = r.read()
+        payload = json.loads(raw) if raw else {}
+        if not isinstance(payload, dict) or "code" not in payload:
+            payload = {"code": "GATEWAY_ERROR" if r.status >= 500 else "TRANSPORT_ERROR"}
+        return r.status, payload, r.getheader("retry-after"), server_time(r.getheader("server-timing"))
+    except (OSError, http.client.HTTPException, json.JSONDecodeError):
+        CLIENT.c = http.client.HTTPConnection(HOST, PORT, timeout=ATTEMPT_TIMEOUT_SECONDS)
+        return 0, {"code": "TRANSPORT_ERROR"}, None, None
+
+
+def until_final(method, path, body=None, headers=None):
+    """A call sent again, unchanged, while its answer decided nothing (as
+    docs/api.md asks of every client; every route the demo calls is
+    idempotent: a press by its request id, a registration per user, a
+    redemption per order, a reminder per user and coupon), for up to
+    PRESS_PATIENCE_SECONDS; then the last retryable answer stands."""
+    data = None if body is None else json.dumps(body)
     start = time.perf_counter()
     retried = []
     while True:
-        status, payload, retry_after, server_ms = 0, {"code": "TRANSPORT_ERROR"}, None, None
         sent = time.perf_counter()
-        try:
-            c = CLIENT.conn()
-            c.request("POST", f"/lambda-url/grab/coupons/{coupon_id}/grab", body=body, headers=headers)
-            r = c.getresponse()
-            raw = r.read()
-            status, retry_after = r.status, r.getheader("retry-after")
-            server_ms = server_time(r.getheader("server-timing"))
-            payload = json.loads(raw) if raw else {}
-            if not isinstance(payload, dict) or "code" not in payload:
-                payload = {"code": "GATEWAY_ERROR" if status >= 500 else "TRANSPORT_ERROR"}
-        except (OSError, http.client.HTTPException, json.JSONDecodeError):
-            CLIENT.c = http.client.HTTPConnection(HOST, PORT, timeout=ATTEMPT_TIMEOUT_SECONDS)
+        status, payload, retry_after, server_ms = attempt(method, path, data, headers or {})
+        now = time.perf_counter()
         code = payload.get("code")
-        if code not in RETRYABLE or time.perf_counter() - start > PRESS_PATIENCE_SECONDS:
-            now = time.perf_counter()
-            press = Press(user, request_id, status, payload, (now - start) * 1000)
-            press.retried, press.last_ms, press.server_ms = tuple(retried), (now - sent) * 1000, server_ms
-            return press
+        if code not in RETRYABLE or now - start > PRESS_PATIENCE_SECONDS:
+            return Answer(status, payload, tuple(retried), (now - start) * 1000, (now - sent) * 1000, server_ms)
         retried.append(code)
         time.sleep(backoff(len(retried), retry_after))
 
 
+def grab(coupon_id, user, request_id, ip):
+    """A user's press, retried until a final answer (`until_final`)."""
+    headers = {"content-type": "application/json", "x-user-id": user, "x-forwarded-for": ip}
+    a = until_final("POST", f"/lambda-url/grab/coupons/{coupon_id}/grab", {"requestId": request_id}, headers)
+    press = Press(user, request_id, a.status, a.payload, a.total_ms)
+    press.retried, press.last_ms, press.server_ms = a.retried, a.last_ms, a.server_ms
+    return press
+
+
 def order_call(method, path, body):
-    """One call of the order service (the IAM-authorized function; locally
-    its explicit local identity)."""
+    """A call of the order service (the IAM-authorized function; locally
+    its explicit local identity), retried until a final answer."""
     headers = {"content-type": "application/json", "x-admin-actor": "order-service"}
-    for _ in range(3):
-        try:
-            c = CLIENT.conn()
-            c.request(method, f"/lambda-url/admin{path}", body=json.dumps(body), headers=headers)
-            r = c.getresponse()
-            return json.loads(r.read() or b"{}")
-        except (OSError, http.client.HTTPException, json.JSONDecodeError):
-            CLIENT.c = http.client.HTTPConnection(HOST, PORT, timeout=ATTEMPT_TIMEOUT_SECONDS)
-    return {"code": "TRANSPORT_ERROR"}
+    return until_final(method, f"/lambda-url/admin{path}", body, headers).payload
 
 
 def admin_get(path):
@@ -222,29 +239,14 @@ def admin_get(path):
 
 def wallet_call(method, path, user):
     """A user's call of the wallet (locally the explicit local identity,
-    `X-User-Id`)."""
-    for _ in range(3):
-        try:
-            c = CLIENT.conn()
-            c.request(method, f"/lambda-url/wallet{path}", headers={"x-user-id": user})
-            return json.loads(c.getresponse().read() or b"{}")
-        except (OSError, http.client.HTTPException, json.JSONDecodeError):
-            CLIENT.c = http.client.HTTPConnection(HOST, PORT, timeout=ATTEMPT_TIMEOUT_SECONDS)
-    return {"code": "TRANSPORT_ERROR"}
+    `X-User-Id`), retried until a final answer."""
+    return until_final(method, f"/lambda-url/wallet{path}", headers={"x-user-id": user}).payload
 
 
 def grab_call(method, path, user, body=None, headers=None):
     """A user's call of another grab route (a lottery's entries, its
-    result; locally the explicit local identity, `X-User-Id`)."""
+    result; locally the explicit local identity, `X-User-Id`), retried
+    until a final answer."""
     hdrs = {"x-user-id": user, "content-type": "application/json"}
     hdrs.update(headers or {})
-    data = None if body is None else json.dumps(body)
-    for _ in range(3):
-        try:
-            c = CLIENT.conn()
-            c.request(method, f"/lambda-url/grab{path}", body=data, headers=hdrs)
-            return json.loads(c.getresponse().read() or b"{}")
-        except (OSError, http.client.HTTPException, json.JSONDecodeError):
-            CLIENT.c = http.client.HTTPConnection(HOST, PORT, timeout=ATTEMPT_TIMEOUT_SECONDS)
-    return {"code": "TRANSPORT_ERROR"}
-
+    return until_final(method, f"/lambda-url/grab{path}", body, hdrs).payload
