@@ -9,12 +9,14 @@ ENV := . infra/local/env.sh &&
 # pass on every engine named here).
 REDIS_ENGINES ?= redis valkey
 export REDIS_ENGINES
+# make explore: its budget, or one seed to replay (tests/integration/explore).
+export EXPLORE_SECONDS EXPLORE_SCHEDULES EXPLORE_SEED EXPLORE_FIRST_SEED
 comma := ,
 empty :=
 space := $(empty) $(empty)
 ENGINE_LIST := $(subst $(space),$(comma),$(strip $(REDIS_ENGINES)))
 
-.PHONY: help setup stack build up demo chaos pump down test test-rust test-engines test-localstack test-infra test-contract test-chaos bench lint fmt coupon
+.PHONY: help setup stack build up demo chaos explore pump down test test-rust test-engines test-localstack test-infra test-contract test-chaos bench lint fmt coupon
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -38,6 +40,13 @@ demo: setup build ## The main job: a whole flash sale locally, with a report
 chaos: setup build ## One sale per fault (SQS down, crashes, Redis lost, ...) on every engine: every SUCCESS is one coupon
 	@bash infra/local/stop.sh >/dev/null; bash infra/local/start.sh >/dev/null
 	@$(ENV) python -m infra.harness.chaos --engines $(ENGINE_LIST) $(CHAOS_ARGS)
+
+explore: setup ## Search fault schedules over the real scripts and use cases on every engine (EXPLORE_SECONDS, default 600 each; EXPLORE_SEED=n replays one)
+	@for e in $(REDIS_ENGINES); do \
+	  echo "== explore on $$e"; \
+	  REDIS_ENGINE=$$e bash infra/local/start.sh >/dev/null || exit 1; \
+	  (export REDIS_ENGINE=$$e; $(ENV) cargo test -q -p integration-tests --test integration explore::search -- --ignored --nocapture) || exit 1; \
+	done
 
 up: coupon ## Stack + demo coupon, then serve the functions on 127.0.0.1:$LAMBDA_PORT (9000) and the try-it page on $PAGE_PORT (9080)
 	@$(ENV) echo "grab: curl -X POST http://127.0.0.1:$$LAMBDA_PORT/lambda-url/grab/coupons/demo/grab \\"

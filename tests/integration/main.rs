@@ -14,6 +14,7 @@ mod cluster;
 mod devices;
 mod dry_run;
 mod elasticache;
+mod explore;
 mod failover;
 mod flash_sale;
 mod hostile;

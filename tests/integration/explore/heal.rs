@@ -1,0 +1,275 @@
+//! The explorer's faults between two steps, the healing after the
+//! schedule, and the judgement of the promise.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use coupon_adapters::dynamodb::{DynamoFacts, DynamoIssueLedger};
+use coupon_domain::ids::CouponId;
+use coupon_domain::issuance::IssueLedger;
+use coupon_domain::reconcile::ports::DurableFacts;
+use lambda_runtime::LambdaEvent;
+
+use super::actors::{delete, receive, summary};
+use super::sched::{ActorId, Rng};
+use super::world::{user_name, Role, World};
+use crate::support::sqs_event;
+
+/// Deletes every Redis key of `shard` (its node lost its data).
+pub(super) async fn flush_shard(world: &World, shard: u32) -> usize {
+    let tag = world.h.redis.keys().shard(&world.def.coupon_id, shard).meta();
+    let tag = tag.trim_end_matches(":meta");
+    let mut conn = world.h.redis.connection();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{tag}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_default();
+    for key in &keys {
+        let _: Result<(), _> = redis::cmd("DEL").arg(key).query_async(&mut conn).await;
+    }
+    keys.len()
+}
+
+/// A fault before the chosen step (of `actor`); its name.
+pub(super) async fn fault(world: &World, rng: &mut Rng, actor: ActorId) -> String {
+    let is_user = world
+        .tasks
+        .lock()
+        .unwrap()
+        .get(&actor)
+        .is_some_and(|(role, _)| matches!(role, Role::User(_) | Role::Twin(_)));
+    match rng.below(5) {
+        0 => {
+            let shard = rng.below(world.def.shards as u64) as u32;
+            let n = flush_shard(world, shard).await;
+            world
+                .sched
+                .tell(format!("FAULT: shard {shard}'s node loses its data ({n} keys)"));
+            "shard_lost".into()
+        }
+        1 if is_user => "crash".into(),
+        2 => {
+            let taken = receive(&world.h).await;
+            if let Some(m) = taken.first() {
+                delete(&world.h, m).await;
+                let group = m
+                    .attributes()
+                    .and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId))
+                    .cloned()
+                    .unwrap_or_else(|| "explore".into());
+                let body = m.body().unwrap_or_default().to_owned();
+                world.sched.tell(format!(
+                    "FAULT: a message leaves the queue until a re-drive: {}",
+                    body.chars().take(100).collect::<String>()
+                ));
+                world.held_back.lock().unwrap().push((body, group));
+            }
+            "message_held_back".into()
+        }
+        3 => {
+            *world.skip_deletes.lock().unwrap() += 1;
+            world
+                .sched
+                .tell("FAULT: the issuer's next batch dies after its writes, before its deletes".into());
+            "issuer_dies_before_delete".into()
+        }
+        _ => {
+            let jump = rng.between(500, 5_000);
+            world.h.clock.advance(jump);
+            world.sched.tell(format!("FAULT: the clock jumps {jump} ms"));
+            "clock_jump".into()
+        }
+    }
+}
+
+/// Every fault heals: the clients finish their presses (the same request
+/// ids), the queue drains through the issuer, the reconciler passes with
+/// its grace over until the coupon is quiet.
+pub(super) async fn heal(world: &World) {
+    // The messages a fault took off the queue come back (as a re-drive of
+    // the dead-letter queue sends them: new messages, the same bodies).
+    let held: Vec<(String, String)> = std::mem::take(&mut *world.held_back.lock().unwrap());
+    for (n, (body, group)) in held.iter().enumerate() {
+        let _ = world
+            .h
+            .stack
+            .sqs
+            .send_message()
+            .queue_url(&world.h.queue_url)
+            .message_body(body)
+            .message_group_id(group)
+            .message_deduplication_id(format!("redriven-{n}-{}", body.len()))
+            .send()
+            .await;
+    }
+    if !held.is_empty() {
+        world
+            .sched
+            .tell(format!("heal: {} held-back message(s) re-driven", held.len()));
+    }
+    // What the schedule's issuer received and never deleted (it died, or
+    // the schedule ended under it) is delivered again now.
+    let taken: Vec<String> = std::mem::take(&mut *world.in_flight.lock().unwrap());
+    for handle in taken {
+        let _ = world
+            .h
+            .stack
+            .sqs
+            .change_message_visibility()
+            .queue_url(&world.h.queue_url)
+            .receipt_handle(handle)
+            .visibility_timeout(0)
+            .send()
+            .await;
+    }
+    let reconciler = world.h.reconciler_over(&world.h.queue_url, 0, |ports| ports);
+    let real: Arc<dyn IssueLedger> = Arc::new(DynamoIssueLedger::new(world.h.tables.clone()));
+    let issuer = world.issuer(real);
+    for round in 0..12 {
+        // Retries, each on a fresh instance with the world's clock.
+        for u in 0..world.users.len() {
+            let pending = world.users[u].lock().unwrap().to_press.clone();
+            for request in pending {
+                let app = grab::wire(
+                    &world.h.config,
+                    grab::Clients {
+                        redis: world.h.redis.clone(),
+                        sqs: world.h.stack.sqs.clone(),
+                        dynamodb: world.h.stack.ddb.clone(),
+                        clock: Arc::new(world.h.clock.clone()),
+                        metrics: world.h.metrics.clone(),
+                        origin: None,
+                    },
+                );
+                let answer = app.service.grab(&world.request(u, &request)).await;
+                world.heard(u, &request, &answer);
+            }
+        }
+        // Redelivery after the visibility timeout (1 s) of a batch whose
+        // issuer died before its deletes.
+        let mut drained = 0;
+        for _ in 0..20 {
+            let messages = receive(&world.h).await;
+            if messages.is_empty() {
+                break;
+            }
+            drained += messages.len();
+            if let Ok(r) = issuer::handle(&issuer, LambdaEvent::new(sqs_event(&messages), Default::default())).await {
+                let failed: BTreeSet<String> = r.batch_item_failures.into_iter().map(|f| f.item_identifier).collect();
+                for m in &messages {
+                    if !m.message_id().is_some_and(|id| failed.contains(id)) {
+                        delete(&world.h, m).await;
+                    }
+                }
+            }
+        }
+        world.h.clock.advance(31_000);
+        let report = reconciler.run().await.ok();
+        let quiet = report
+            .as_ref()
+            .and_then(|r| coupon_domain::reconcile::find(r, &world.def.coupon_id))
+            .is_some_and(|c| c.pending == 0 && c.shards_waiting == 0 && c.drift == 0);
+        let undecided = world.users.iter().any(|u| !u.lock().unwrap().to_press.is_empty());
+        world.sched.tell(format!(
+            "heal {round}: drained {drained}, {}",
+            report
+                .map(|r| summary(&r.coupons))
+                .unwrap_or_else(|| "pass failed".into())
+        ));
+        if quiet && !undecided && drained == 0 {
+            return;
+        }
+        if drained == 0 {
+            // Messages in flight (a batch whose issuer died) come back
+            // after their visibility timeout.
+            tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+        }
+    }
+}
+
+/// The promise after healing, as users and the books see it.
+pub(super) async fn judge(world: &World) -> Vec<String> {
+    let mut out = Vec::new();
+    let facts = DynamoFacts::new(world.h.tables.clone());
+    let coupon: &CouponId = &world.def.coupon_id;
+    let holdings = facts.holdings(coupon).await.expect("holdings");
+    let rejected: BTreeSet<String> = facts
+        .rejections(coupon)
+        .await
+        .expect("rejections")
+        .into_iter()
+        .map(|r| r.grant_id.to_string())
+        .collect();
+    let mut holder_of: BTreeMap<String, String> = BTreeMap::new();
+    let mut held_total = 0u64;
+    for (user, held) in &holdings {
+        held_total += held.len() as u64;
+        if held.len() > world.def.per_user_limit as usize {
+            out.push(format!(
+                "{user} holds {} coupons, above the limit {}",
+                held.len(),
+                world.def.per_user_limit
+            ));
+        }
+        for h in held {
+            if let Some((_, record)) = &h.outcome {
+                if let Some(other) = holder_of.insert(record.grant_id.to_string(), user.to_string()) {
+                    out.push(format!("grant {} is held by {other} and by {user}", record.grant_id));
+                }
+            }
+        }
+    }
+    if held_total > world.def.total_stock {
+        out.push(format!(
+            "{held_total} coupons issued of a stock of {}",
+            world.def.total_stock
+        ));
+    }
+    for (u, log) in world.users.iter().enumerate() {
+        let log = log.lock().unwrap();
+        let user = user_name(u);
+        for (request, grants) in &log.told {
+            if grants.len() > 1 {
+                out.push(format!(
+                    "{user} {request} was told SUCCESS with different grants {grants:?}"
+                ));
+            }
+            for grant in grants {
+                if rejected.contains(grant) {
+                    out.push(format!(
+                        "{user} {request} was told SUCCESS {grant}, and the grant was REJECTED"
+                    ));
+                } else if holder_of.get(grant) != Some(&user) {
+                    out.push(format!(
+                        "{user} {request} was told SUCCESS {grant}, and does not hold it (held by {:?})",
+                        holder_of.get(grant)
+                    ));
+                }
+            }
+            if let Some(last) = log.finals.get(request) {
+                if !last.starts_with("SUCCESS") {
+                    out.push(format!(
+                        "{user} {request} was told SUCCESS, then {last} (a replay must answer the first)"
+                    ));
+                }
+            }
+        }
+        for request in &log.to_press {
+            out.push(format!("{user} {request} was never decided after healing"));
+        }
+    }
+    let reconciler = world.h.reconciler_over(&world.h.queue_url, 0, |ports| ports);
+    if let Ok(report) = reconciler.run().await {
+        if let Some(c) = coupon_domain::reconcile::find(&report, coupon) {
+            if c.drift != 0 {
+                out.push(format!(
+                    "the stock equation is off by {} ({}; rejected grants {rejected:?})",
+                    c.drift,
+                    summary(std::slice::from_ref(c))
+                ));
+            }
+        }
+    }
+    out
+}

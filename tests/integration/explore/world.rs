@@ -1,0 +1,392 @@
+//! One schedule of the explorer: a small sale on the real scripts (a real
+//! `redis-server` or `valkey-server`) and the real use cases (the grab,
+//! the issuer, the reconciler's pass, each over its real adapters, moto
+//! for DynamoDB and SQS), every port call at the scheduler's gate, faults
+//! between any two steps; then every fault heals, the clients finish their
+//! retries as the documented client does, the queue drains, the reconciler
+//! passes until quiet, and the promise is judged.
+//!
+//! What a seed decides: the world (stock 1-8, 2-4 shards, 2-6 users, a
+//! per-user limit of 1-3, how many presses and second presses, each
+//! instance's clock skew), the order of every step, and the faults: a
+//! shard's Redis state lost, an instance dying at a step (its client
+//! retries the same request id on a fresh instance), a press sent twice at
+//! once, release waves crossed by instances whose clocks disagree, a
+//! message off the queue until a re-drive, the issuer dying after its
+//! write and before its delete (the message is delivered again), the
+//! clock jumping ahead.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use coupon_domain::clock::{Clock, ManualClock};
+use coupon_domain::coupon::CouponDefinition;
+use coupon_domain::grab::{GrabError, GrabRequest};
+use coupon_domain::ids::{RequestId, UserId};
+use coupon_domain::issuance::IssueLedger;
+use coupon_domain::outcome::GrabOutcome;
+use tokio::task::JoinHandle;
+
+use super::actors::{issuer_actor, reconciler_actor, twin_actor, user_actor};
+use super::gated::{Gate, GatedLedger, GatedPublisher, GatedRisk};
+use super::heal::{fault, heal, judge};
+use super::sched::{ActorId, Rng, Scheduler};
+use crate::support::{Harness, Options};
+
+/// The small world a seed draws.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    pub stock: u64,
+    pub shards: u32,
+    pub users: usize,
+    pub per_user_limit: u32,
+    /// Presses each user makes (each a request id of its own).
+    pub presses: Vec<u32>,
+    /// Percent chance of a fault before each step.
+    pub fault_percent: u64,
+    /// Release waves: (ms after the sale opens, units), or none.
+    pub waves: Vec<(i64, u64)>,
+    pub rollover: bool,
+    /// Users whose first press has a twin: the same request id sent again
+    /// from another instance while the first is in flight.
+    pub twins: Vec<usize>,
+}
+
+impl Shape {
+    pub fn draw(rng: &mut Rng) -> Self {
+        let users = rng.between(2, 6) as usize;
+        let per_user_limit = rng.between(1, 3) as u32;
+        let stock = rng.between(1, 8) as u64;
+        let waves = if stock >= 2 && rng.chance(35) {
+            let first = rng.between(1, stock as i64 - 1) as u64;
+            vec![(rng.between(0, 800), first), (rng.between(1_200, 3_500), stock - first)]
+        } else {
+            Vec::new()
+        };
+        Self {
+            stock,
+            shards: rng.between(2, 4).min(stock as i64) as u32,
+            users,
+            per_user_limit,
+            presses: (0..users)
+                .map(|_| rng.between(1, per_user_limit as i64 + 1) as u32)
+                .collect(),
+            fault_percent: rng.between(2, 8) as u64,
+            waves,
+            rollover: rng.chance(50),
+            twins: (0..users).filter(|_| rng.chance(25)).collect(),
+        }
+    }
+}
+
+/// A clock skewed from the world's by a fixed offset (an instance whose
+/// clock runs ahead or behind).
+struct Skewed {
+    base: ManualClock,
+    offset_ms: i64,
+}
+
+impl Clock for Skewed {
+    fn now_ms(&self) -> i64 {
+        self.base.now_ms() + self.offset_ms
+    }
+}
+
+/// What one user lived: every SUCCESS heard per request, the final answer
+/// of each press, and the press in progress.
+#[derive(Debug, Default)]
+pub(super) struct UserLog {
+    pub(super) told: BTreeMap<String, BTreeSet<String>>,
+    pub(super) finals: BTreeMap<String, String>,
+    /// Presses not yet decided, in order (the first is in progress).
+    pub(super) to_press: Vec<String>,
+    pub(super) attempts: u32,
+}
+
+/// What a schedule found.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub seed: u64,
+    pub shape: String,
+    pub violations: Vec<String>,
+    pub story: Vec<String>,
+    pub steps: u64,
+    pub faults: BTreeMap<String, u64>,
+    pub branches: BTreeMap<String, u64>,
+}
+
+pub(super) struct World {
+    pub(super) h: Harness,
+    pub(super) def: CouponDefinition,
+    pub(super) sched: Arc<Scheduler>,
+    pub(super) users: Vec<Arc<Mutex<UserLog>>>,
+    pub(super) tasks: Mutex<HashMap<ActorId, (Role, JoinHandle<()>)>>,
+    pub(super) next_actor: Mutex<ActorId>,
+    /// The issuer dies after its write, before its delete, this many
+    /// times (a fault sets it; the issuer takes it).
+    pub(super) skip_deletes: Mutex<u32>,
+    /// Receipt handles the issuer took (deleted or not).
+    pub(super) in_flight: Mutex<Vec<String>>,
+    /// Messages taken off the queue by a fault (as the dead-letter queue
+    /// takes a message after its receives), `(body, group)`: they come
+    /// back later (a re-drive), never lost for good: SQS keeps what it
+    /// accepted, and that is what a SUCCESS stands on.
+    pub(super) held_back: Mutex<Vec<(String, String)>>,
+}
+
+/// What an actor is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// A user's presses, one after the other.
+    User(usize),
+    /// A second copy of a user's press.
+    Twin(usize),
+    Issuer,
+    Reconciler,
+}
+
+pub(super) fn user_name(u: usize) -> String {
+    format!("u{u}")
+}
+
+impl World {
+    pub(super) fn gate(&self, actor: ActorId, who: String) -> Gate {
+        Gate {
+            sched: self.sched.clone(),
+            actor,
+            who,
+        }
+    }
+
+    pub(super) fn new_actor(&self) -> ActorId {
+        let mut next = self.next_actor.lock().unwrap();
+        *next += 1;
+        self.sched.start(*next);
+        *next
+    }
+
+    /// A fresh grab instance for `actor` (its own sold-out memory), its
+    /// ports behind the gate, its clock skewed by `offset_ms`.
+    pub(super) fn grab_instance(&self, actor: ActorId, who: String, offset_ms: i64) -> grab::GrabApp {
+        let clients = grab::Clients {
+            redis: self.h.redis.clone(),
+            sqs: self.h.stack.sqs.clone(),
+            dynamodb: self.h.stack.ddb.clone(),
+            clock: Arc::new(Skewed {
+                base: self.h.clock.clone(),
+                offset_ms,
+            }),
+            metrics: self.h.metrics.clone(),
+            origin: None,
+        };
+        let mut ports = grab::ports(&self.h.config, clients);
+        let gate = self.gate(actor, who);
+        ports.grab.ledger = Arc::new(GatedLedger {
+            inner: ports.grab.ledger,
+            gate: gate.clone(),
+        });
+        ports.grab.risk = Arc::new(GatedRisk {
+            inner: ports.grab.risk,
+            gate: gate.clone(),
+        });
+        ports.grab.publisher = Arc::new(GatedPublisher {
+            inner: ports.grab.publisher,
+            gate,
+        });
+        grab::wire_ports(&self.h.config, ports)
+    }
+
+    pub(super) fn issuer(&self, ledger: Arc<dyn IssueLedger>) -> issuer::Issuer {
+        let config = issuer::Config {
+            tables: self.h.stack.tables.clone(),
+            dynamodb: self.h.config.sqs,
+            concurrency: 1,
+            metrics_namespace: "Test".into(),
+        };
+        let clients = issuer::Clients {
+            dynamodb: self.h.stack.ddb.clone(),
+            clock: Arc::new(self.h.clock.clone()),
+            metrics: self.h.metrics.clone(),
+        };
+        issuer::wire_with(&config, clients, ledger)
+    }
+
+    pub(super) fn request(&self, user: usize, request: &str) -> GrabRequest {
+        GrabRequest {
+            coupon: self.def.coupon_id.clone(),
+            user: UserId::parse(&user_name(user)).unwrap(),
+            level: 0,
+            request: RequestId::parse(request).unwrap(),
+            ip: None,
+            device: None,
+        }
+    }
+
+    /// Records an answer; true when the press is decided.
+    pub(super) fn heard(&self, user: usize, request: &str, answer: &Result<GrabOutcome, GrabError>) -> bool {
+        let mut log = self.users[user].lock().unwrap();
+        let decided = match answer {
+            Ok(GrabOutcome::Won { grant, .. }) => {
+                log.told
+                    .entry(request.to_owned())
+                    .or_default()
+                    .insert(grant.grant_id.to_string());
+                log.finals
+                    .insert(request.to_owned(), format!("SUCCESS {}", grant.grant_id));
+                true
+            }
+            Ok(GrabOutcome::Rejected { reason, .. }) => {
+                log.finals.insert(request.to_owned(), format!("{reason:?}"));
+                true
+            }
+            Err(_) => false,
+        };
+        if decided {
+            log.to_press.retain(|r| r != request);
+        }
+        decided
+    }
+}
+
+/// One seed's schedule, judged. Its actors are tasks of one thread (a
+/// `LocalSet`): the scheduler runs one step at a time anyway.
+pub async fn explore(seed: u64) -> Outcome {
+    let local = tokio::task::LocalSet::new();
+    let run = local.run_until(schedule(seed));
+    match tokio::time::timeout(std::time::Duration::from_secs(180), run).await {
+        Ok(outcome) => outcome,
+        Err(_) => Outcome {
+            seed,
+            violations: vec!["the schedule did not end within 180 s (an actor hung outside its gates)".into()],
+            ..Outcome::default()
+        },
+    }
+}
+
+async fn schedule(seed: u64) -> Outcome {
+    let mut rng = Rng::new(seed);
+    let shape = Shape::draw(&mut rng);
+    let h = Harness::with(Options::without_ip_limit()).await;
+    let mut def = h.coupon(shape.stock);
+    def.shards = shape.shards;
+    def.per_user_limit = shape.per_user_limit;
+    if !shape.waves.is_empty() {
+        let opens = h.clock.now_ms();
+        def.waves = shape
+            .waves
+            .iter()
+            .map(|&(after, units)| coupon_domain::coupon::Wave {
+                at_ms: opens + after,
+                units,
+            })
+            .collect();
+        def.rollover = shape.rollover;
+    }
+    h.create(&def).await;
+    let sched = Arc::new(Scheduler::new());
+    let users = (0..shape.users)
+        .map(|u| {
+            Arc::new(Mutex::new(UserLog {
+                to_press: (1..=shape.presses[u]).map(|p| format!("r{p}")).collect(),
+                ..UserLog::default()
+            }))
+        })
+        .collect();
+    let world = Arc::new(World {
+        h,
+        def,
+        sched: sched.clone(),
+        users,
+        tasks: Mutex::new(HashMap::new()),
+        next_actor: Mutex::new(0),
+        skip_deletes: Mutex::new(0),
+        in_flight: Mutex::new(Vec::new()),
+        held_back: Mutex::new(Vec::new()),
+    });
+    let mut outcome = Outcome {
+        seed,
+        shape: format!("{shape:?}"),
+        ..Outcome::default()
+    };
+    sched.tell(format!("seed {seed}: {shape:?}, coupon {}", world.def.coupon_id));
+
+    // The actors.
+    let spawn_user = |world: &Arc<World>, rng: &mut Rng, user: usize| {
+        let actor = world.new_actor();
+        let offset = if rng.chance(30) { rng.between(-2_000, 2_000) } else { 0 };
+        if offset != 0 {
+            world.sched.tell(format!(
+                "{}: a fresh instance whose clock is off by {offset} ms",
+                user_name(user)
+            ));
+        }
+        let task = tokio::task::spawn_local(user_actor(world.clone(), actor, user, offset));
+        world.tasks.lock().unwrap().insert(actor, (Role::User(user), task));
+    };
+    for u in 0..shape.users {
+        spawn_user(&world, &mut rng, u);
+    }
+    for &u in &shape.twins {
+        let actor = world.new_actor();
+        let offset = if rng.chance(50) { rng.between(-2_000, 2_000) } else { 0 };
+        world.sched.tell(format!(
+            "{}: r1 is sent twice, the copy from an instance whose clock is off by {offset} ms",
+            user_name(u)
+        ));
+        let task = tokio::task::spawn_local(twin_actor(world.clone(), actor, u, "r1".into(), offset));
+        world.tasks.lock().unwrap().insert(actor, (Role::Twin(u), task));
+    }
+    let issuer = world.new_actor();
+    let issuer_task = tokio::task::spawn_local(issuer_actor(world.clone(), issuer, rng.between(2, 8) as u32));
+    world.tasks.lock().unwrap().insert(issuer, (Role::Issuer, issuer_task));
+    let reconciler = world.new_actor();
+    let reconciler_task =
+        tokio::task::spawn_local(reconciler_actor(world.clone(), reconciler, rng.between(0, 2) as u32));
+    world
+        .tasks
+        .lock()
+        .unwrap()
+        .insert(reconciler, (Role::Reconciler, reconciler_task));
+
+    // The schedule: a step at a time, a fault now and then between two.
+    while let Some(chosen) = sched.pick(&mut rng).await {
+        outcome.steps += 1;
+        world.h.clock.advance(rng.between(0, 40));
+        if rng.chance(shape.fault_percent) {
+            let fault = fault(&world, &mut rng, chosen.actor).await;
+            *outcome.faults.entry(fault.clone()).or_default() += 1;
+            if fault == "crash" {
+                // The chosen step's instance dies there: its step never runs.
+                let owner = world.tasks.lock().unwrap().remove(&chosen.actor);
+                sched.tell(format!(
+                    "FAULT: the instance at `{}` dies; its step never runs",
+                    chosen.label
+                ));
+                sched.finish(chosen.actor);
+                drop(chosen);
+                if let Some((role, task)) = owner {
+                    task.abort();
+                    // The user's client retries on a fresh instance.
+                    if let Role::User(user) = role {
+                        spawn_user(&world, &mut rng, user);
+                    }
+                }
+                continue;
+            }
+        }
+        chosen.go();
+        if outcome.steps > 2_000 {
+            outcome.violations.push("the schedule did not end in 2000 steps".into());
+            break;
+        }
+    }
+    for (_, (_, task)) in world.tasks.lock().unwrap().drain() {
+        task.abort();
+    }
+
+    heal(&world).await;
+    outcome.violations.extend(judge(&world).await);
+    outcome.story = sched.story();
+    outcome.branches = sched.branches();
+    outcome
+}
