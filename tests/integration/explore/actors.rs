@@ -12,7 +12,7 @@ use lambda_runtime::LambdaEvent;
 
 use super::gated::{GatedIssue, GatedLedger, GatedRedrive, GatedRepair};
 use super::sched::ActorId;
-use super::world::{user_name, World};
+use super::world::{user_name, World, SEND_WINDOW_MS};
 use crate::support::{sqs_event, Harness};
 
 /// A user's presses, from where the log says they are: each press retried
@@ -130,21 +130,23 @@ pub(super) async fn issuer_actor(world: Arc<World>, actor: ActorId, rounds: u32)
 /// The reconciler's schedule: `passes` passes over the coupon.
 pub(super) async fn reconciler_actor(world: Arc<World>, actor: ActorId, passes: u32) {
     let gate = world.gate(actor, "reconciler".into());
-    let reconciler = world.h.reconciler_over(&world.h.queue_url, 0, |mut ports| {
-        ports.repair = Arc::new(GatedRepair {
-            inner: ports.repair,
-            gate: gate.clone(),
+    let reconciler = world
+        .h
+        .reconciler_over(&world.h.queue_url, SEND_WINDOW_MS, |mut ports| {
+            ports.repair = Arc::new(GatedRepair {
+                inner: ports.repair,
+                gate: gate.clone(),
+            });
+            ports.ledger = Arc::new(GatedLedger {
+                inner: ports.ledger,
+                gate: gate.clone(),
+            });
+            ports.redrive = Arc::new(GatedRedrive {
+                inner: ports.redrive,
+                gate: gate.clone(),
+            });
+            ports
         });
-        ports.ledger = Arc::new(GatedLedger {
-            inner: ports.ledger,
-            gate: gate.clone(),
-        });
-        ports.redrive = Arc::new(GatedRedrive {
-            inner: ports.redrive,
-            gate: gate.clone(),
-        });
-        ports
-    });
     for _ in 0..passes {
         match reconciler.run().await {
             Ok(report) => world
@@ -183,6 +185,21 @@ pub(super) async fn receive(h: &Harness) -> Vec<aws_sdk_sqs::types::Message> {
         .queue_url(&h.queue_url)
         .max_number_of_messages(10)
         .visibility_timeout(1)
+        .wait_time_seconds(0)
+        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId)
+        .send()
+        .await
+        .map(|out| out.messages.unwrap_or_default())
+        .unwrap_or_default()
+}
+
+/// One message (a fault takes it), so no other is hidden meanwhile.
+pub(super) async fn receive_one(h: &Harness) -> Vec<aws_sdk_sqs::types::Message> {
+    h.stack
+        .sqs
+        .receive_message()
+        .queue_url(&h.queue_url)
+        .max_number_of_messages(1)
         .wait_time_seconds(0)
         .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId)
         .send()

@@ -10,9 +10,9 @@ use coupon_domain::issuance::IssueLedger;
 use coupon_domain::reconcile::ports::DurableFacts;
 use lambda_runtime::LambdaEvent;
 
-use super::actors::{delete, receive, summary};
+use super::actors::{delete, receive, receive_one, summary};
 use super::sched::{ActorId, Rng};
-use super::world::{user_name, Role, World};
+use super::world::{user_name, Role, World, SEND_WINDOW_MS};
 use crate::support::sqs_event;
 
 /// Deletes every Redis key of `shard` (its node lost its data).
@@ -50,7 +50,7 @@ pub(super) async fn fault(world: &World, rng: &mut Rng, actor: ActorId) -> Strin
         }
         1 if is_user => "crash".into(),
         2 => {
-            let taken = receive(&world.h).await;
+            let taken = receive_one(&world.h).await;
             if let Some(m) = taken.first() {
                 delete(&world.h, m).await;
                 let group = m
@@ -123,7 +123,9 @@ pub(super) async fn heal(world: &World) {
             .send()
             .await;
     }
-    let reconciler = world.h.reconciler_over(&world.h.queue_url, 0, |ports| ports);
+    let reconciler = world
+        .h
+        .reconciler_over(&world.h.queue_url, SEND_WINDOW_MS, |ports| ports);
     let real: Arc<dyn IssueLedger> = Arc::new(DynamoIssueLedger::new(world.h.tables.clone()));
     let issuer = world.issuer(real);
     for round in 0..12 {
@@ -132,7 +134,7 @@ pub(super) async fn heal(world: &World) {
             let pending = world.users[u].lock().unwrap().to_press.clone();
             for request in pending {
                 let app = grab::wire(
-                    &world.h.config,
+                    &world.grab_config(),
                     grab::Clients {
                         redis: world.h.redis.clone(),
                         sqs: world.h.stack.sqs.clone(),
@@ -259,7 +261,9 @@ pub(super) async fn judge(world: &World) -> Vec<String> {
             out.push(format!("{user} {request} was never decided after healing"));
         }
     }
-    let reconciler = world.h.reconciler_over(&world.h.queue_url, 0, |ports| ports);
+    let reconciler = world
+        .h
+        .reconciler_over(&world.h.queue_url, SEND_WINDOW_MS, |ports| ports);
     if let Ok(report) = reconciler.run().await {
         if let Some(c) = coupon_domain::reconcile::find(&report, coupon) {
             if c.drift != 0 {

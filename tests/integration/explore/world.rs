@@ -134,6 +134,12 @@ pub(super) struct World {
     pub(super) held_back: Mutex<Vec<(String, String)>>,
 }
 
+/// A win's send budget, as deployed (`GRANT_SEND_BUDGET_MS`).
+pub(super) const SEND_BUDGET_MS: i64 = 2_000;
+/// The reconciler's wait for sends decided before a loss, as deployed
+/// (`RECONCILE_SEND_WINDOW_MS`).
+pub(super) const SEND_WINDOW_MS: i64 = 3_000;
+
 /// What an actor is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Role {
@@ -179,7 +185,8 @@ impl World {
             metrics: self.h.metrics.clone(),
             origin: None,
         };
-        let mut ports = grab::ports(&self.h.config, clients);
+        let config = self.grab_config();
+        let mut ports = grab::ports(&config, clients);
         let gate = self.gate(actor, who);
         ports.grab.ledger = Arc::new(GatedLedger {
             inner: ports.grab.ledger,
@@ -193,7 +200,18 @@ impl World {
             inner: ports.grab.publisher,
             gate,
         });
-        grab::wire_ports(&self.h.config, ports)
+        grab::wire_ports(&config, ports)
+    }
+
+    /// The grab's settings as deployed where they meet the reconciler's:
+    /// a win's send is over within `SEND_BUDGET_MS` (2 s), and the
+    /// reconciler waits `SEND_WINDOW_MS` (3 s) for sends decided before a
+    /// loss, more than the budget and a skew (the harness's own budget is
+    /// stretched for a loaded emulator, which would break that rule).
+    pub(super) fn grab_config(&self) -> grab::Config {
+        let mut config = self.h.config.clone();
+        config.send_budget_ms = SEND_BUDGET_MS;
+        config
     }
 
     pub(super) fn issuer(&self, ledger: Arc<dyn IssueLedger>) -> issuer::Issuer {

@@ -7,7 +7,7 @@
 //! success); a grant beyond the durable cap, possible only after Redis lost
 //! data, is recorded as REJECTED and counted, never issued.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
 use tracing::{instrument, warn};
@@ -131,7 +131,9 @@ impl IssuerService {
     /// acknowledge their messages, so that a grant is never acknowledged
     /// before the mark that would reveal its shard rolling back.
     pub async fn raise_high_water(&self, grants: &[Grant]) -> Vec<(CouponId, u32)> {
-        let mut marks: HashMap<(CouponId, u32), u64> = HashMap::new();
+        // In shard order, so the writes come in the same order every time
+        // (the explorer replays a schedule by its seed).
+        let mut marks: BTreeMap<(CouponId, u32), u64> = BTreeMap::new();
         for minted in grants.iter().map(|g| &g.grant_id) {
             let mark = marks.entry((minted.coupon().clone(), minted.shard())).or_default();
             *mark = (*mark).max(minted.seq());

@@ -137,7 +137,11 @@ impl Reconciler {
     /// mark yet, or any more: [`Self::verify_restarted`] settles it.)
     async fn drop_rolled_back(&self, def: &CouponDefinition, r: &mut CouponReport) -> Result<(), StoreError> {
         let coupon = &def.coupon_id;
-        for (shard, mark) in self.ports.facts.high_water(coupon).await? {
+        // In shard order, so the steps come in the same order every time
+        // (the explorer replays a schedule by its seed).
+        let mut marks: Vec<(u32, u64)> = self.ports.facts.high_water(coupon).await?.into_iter().collect();
+        marks.sort_unstable();
+        for (shard, mark) in marks {
             if shard < def.shards && self.ports.repair.drop_if_behind(coupon, shard, mark).await? {
                 rolled_back(r, shard, mark, "");
             }
