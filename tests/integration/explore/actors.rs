@@ -82,7 +82,7 @@ pub(super) async fn issuer_actor(world: Arc<World>, actor: ActorId, rounds: u32)
     }));
     for _ in 0..rounds {
         world.sched.step(actor, "queue.receive()".into()).await;
-        let messages = receive(&world.h).await;
+        let messages = receive(&world.h, 10).await;
         world
             .sched
             .tell(format!("issuer: queue.receive() -> {} message(s)", messages.len()));
@@ -178,28 +178,15 @@ pub(super) fn summary(coupons: &[CouponReport]) -> String {
         .join("; ")
 }
 
-pub(super) async fn receive(h: &Harness) -> Vec<aws_sdk_sqs::types::Message> {
+/// Up to `max` messages visible now, hidden for 1 s while in flight (a
+/// fault takes one, so no other is hidden meanwhile).
+pub(super) async fn receive(h: &Harness, max: i32) -> Vec<aws_sdk_sqs::types::Message> {
     h.stack
         .sqs
         .receive_message()
         .queue_url(&h.queue_url)
-        .max_number_of_messages(10)
+        .max_number_of_messages(max)
         .visibility_timeout(1)
-        .wait_time_seconds(0)
-        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId)
-        .send()
-        .await
-        .map(|out| out.messages.unwrap_or_default())
-        .unwrap_or_default()
-}
-
-/// One message (a fault takes it), so no other is hidden meanwhile.
-pub(super) async fn receive_one(h: &Harness) -> Vec<aws_sdk_sqs::types::Message> {
-    h.stack
-        .sqs
-        .receive_message()
-        .queue_url(&h.queue_url)
-        .max_number_of_messages(1)
         .wait_time_seconds(0)
         .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId)
         .send()

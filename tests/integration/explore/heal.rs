@@ -10,7 +10,7 @@ use coupon_domain::issuance::IssueLedger;
 use coupon_domain::reconcile::ports::DurableFacts;
 use lambda_runtime::LambdaEvent;
 
-use super::actors::{delete, receive, receive_one, summary};
+use super::actors::{delete, receive, summary};
 use super::sched::{ActorId, Rng};
 use super::world::{user_name, Role, World, SEND_WINDOW_MS};
 use crate::support::sqs_event;
@@ -50,7 +50,7 @@ pub(super) async fn fault(world: &World, rng: &mut Rng, actor: ActorId) -> Strin
         }
         1 if is_user => "crash".into(),
         2 => {
-            let taken = receive_one(&world.h).await;
+            let taken = receive(&world.h, 1).await;
             if let Some(m) = taken.first() {
                 delete(&world.h, m).await;
                 let group = m
@@ -152,7 +152,7 @@ pub(super) async fn heal(world: &World) {
         // issuer died before its deletes.
         let mut drained = 0;
         for _ in 0..20 {
-            let messages = receive(&world.h).await;
+            let messages = receive(&world.h, 10).await;
             if messages.is_empty() {
                 break;
             }
