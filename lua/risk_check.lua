@@ -2,10 +2,10 @@
 -- risk_reserve_ip.lua and risk_reserve_device.lua, in one slot each):
 -- whether a press would be refused, changing nothing. Run once per slot:
 -- for the user with its two keys, for the IP with its one, for the device
--- with its two.
+-- with its two (its users and its claims).
 -- KEYS (user):   1 blacklist flag, 2 the user's holds for the day
 -- KEYS (ip):     1 the IP's users for the day
--- KEYS (device): 1 the device's users for the day, 2 its holds for the day
+-- KEYS (device): 1 the device's users for the day, 2 its claims for the day
 -- ARGV: 1 'user', 'ip' or 'device', 2 the limit (0 = no limit; for the
 --       device, of distinct users), 3 (ip, device) the user id, 4 (device)
 --       the limit of claims

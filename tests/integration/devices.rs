@@ -38,8 +38,8 @@ async fn on_device(h: &Harness, device: &str) -> (i64, i64) {
     let day = RiskLimits::default().day(T0);
     let mut conn = h.redis.connection();
     let users: i64 = conn.hlen(h.redis.keys().device_users(&device, day)).await.unwrap();
-    let holds: i64 = conn.scard(h.redis.keys().device_holds(&device, day)).await.unwrap();
-    (users, holds)
+    let claims: i64 = conn.scard(h.redis.keys().device_claims(&device, day)).await.unwrap();
+    (users, claims)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -127,6 +127,53 @@ async fn retries_of_one_press_count_once_on_the_device() {
         )
         .await;
     assert_eq!(second.code(), "SUCCESS", "the device's second claim of two");
+}
+
+/// A lottery registration takes the user's place among the device's users
+/// but is not one of its claims: a family that registers for lotteries
+/// from one phone can still press on it (found by the explorer: before,
+/// each registration was counted as a claim, and three members entering
+/// a few lotteries blocked every grab from the phone for the day).
+#[tokio::test]
+async fn lottery_registrations_from_a_shared_phone_are_not_its_claims() {
+    let h = Harness::with(limits(3, 2)).await;
+    let mut sale = h.coupon(10);
+    sale.per_user_limit = 5;
+    let sale = h.create(&sale).await;
+    let family = ["mum", "dad", "kid"];
+    for _ in 0..2 {
+        let mut lottery = h.coupon(1);
+        lottery.mode = coupon_domain::coupon::Mode::Lottery;
+        lottery.draw_at_ms = Some(lottery.grab_end_ms + coupon_domain::lottery::DRAW_SETTLE_MS);
+        let lottery = h.create(&lottery).await;
+        for user in family {
+            let entry = Event::grab(lottery.as_str(), user, "unused")
+                .path(&format!("/coupons/{lottery}/entries"))
+                .body("{}")
+                .device("family-phone")
+                .build();
+            let resp = h.send(entry).await;
+            assert_eq!(resp.code(), "SUCCESS", "{}", resp.body);
+        }
+    }
+    assert_eq!(
+        on_device(&h, "family-phone").await,
+        (3, 0),
+        "three users seen, no claim"
+    );
+    for (i, user) in family.iter().enumerate() {
+        let press = Event::grab(sale.as_str(), user, &format!("r{i}"))
+            .device("family-phone")
+            .build();
+        let resp = h.send(press).await;
+        if i < 2 {
+            assert_eq!(resp.code(), "SUCCESS", "claim {} of 2: {}", i + 1, resp.body);
+        } else {
+            assert_eq!(resp.code(), "RISK_REJECTED", "{}", resp.body);
+            assert_eq!(resp.body["data"]["reason"], "DEVICE_CLAIM_LIMIT");
+        }
+    }
+    assert_eq!(on_device(&h, "family-phone").await, (3, 2));
 }
 
 /// A press reserved on the device and then lost (the borrow found every

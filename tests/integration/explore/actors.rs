@@ -71,6 +71,30 @@ pub(super) async fn twin_actor(world: Arc<World>, actor: ActorId, user: usize, r
     world.sched.finish(actor);
 }
 
+/// A user's registration for the lottery beside the sale, from the user's
+/// device, retried until answered.
+pub(super) async fn entrant_actor(world: Arc<World>, actor: ActorId, user: usize) {
+    if let Some(entry) = world.entry(user) {
+        for attempt in 1..=4 {
+            let who = format!("{} registers (try {attempt})", user_name(user));
+            let app = world.grab_instance(actor, who, 0);
+            let answer = app.service.enter(&entry).await;
+            world.sched.tell(format!(
+                "{} registers for the lottery: {}",
+                user_name(user),
+                match &answer {
+                    Ok(o) => format!("{o:?}"),
+                    Err(e) => format!("retryable: {e}"),
+                }
+            ));
+            if answer.is_ok() {
+                break;
+            }
+        }
+    }
+    world.sched.finish(actor);
+}
+
 /// The SQS event source mapping and the issuer: batches received, issued,
 /// the successes deleted (unless the issuer dies before its delete).
 pub(super) async fn issuer_actor(world: Arc<World>, actor: ActorId, rounds: u32) {

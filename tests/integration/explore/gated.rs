@@ -2,6 +2,13 @@
 //! port to the adapter it wraps, but first waits at the scheduler's gate
 //! (so the scheduler decides when the call runs), and then tells the
 //! story line and counts the branch the answer took.
+//!
+//! A call that waited at its gate longer, in the world's time, than its
+//! client would wait for an answer (the deployed timeouts: Redis 500 ms,
+//! SQS the send's budget, DynamoDB 5 s) still runs, as a stalled server
+//! runs a command it received, but its caller hears a timeout: the
+//! protocol must keep the promise when a late step lands after its caller
+//! gave up, and it is never credited with an answer no client waits for.
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -9,6 +16,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use coupon_domain::barrier::Barrier;
+use coupon_domain::clock::{Clock, ManualClock};
 use coupon_domain::coupon::{CouponDefinition, StoredCoupon};
 use coupon_domain::error::{PublishError, StoreError};
 use coupon_domain::grab::ports::{
@@ -32,6 +40,43 @@ pub struct Gate {
     pub sched: Arc<Scheduler>,
     pub actor: ActorId,
     pub who: String,
+    /// The world's clock, for how long a call waited at its gate.
+    pub clock: ManualClock,
+}
+
+/// A client's timeout for a Redis command (`REDIS_TIMEOUT_MS` as deployed).
+pub const REDIS_TIMEOUT_MS: i64 = 500;
+/// A client's timeout for a DynamoDB call (`DDB_TIMEOUT_MS` as deployed).
+pub const DYNAMODB_TIMEOUT_MS: i64 = 5_000;
+/// A client's timeout for an SQS call other than a send with a budget
+/// (`SQS_TIMEOUT_MS` as deployed).
+pub const SQS_TIMEOUT_MS: i64 = 1_000;
+
+/// An answer that can be replaced by its client's timeout.
+pub trait Late {
+    fn late(waited_ms: i64) -> Self;
+}
+
+fn gave_up(waited_ms: i64) -> coupon_domain::error::BoxError {
+    format!("no answer within the client's timeout (the call waited {waited_ms} ms)").into()
+}
+
+impl<T> Late for Result<T, StoreError> {
+    fn late(waited_ms: i64) -> Self {
+        Err(StoreError::Unavailable(gave_up(waited_ms)))
+    }
+}
+
+impl<T> Late for Result<T, PublishError> {
+    fn late(waited_ms: i64) -> Self {
+        Err(PublishError(gave_up(waited_ms)))
+    }
+}
+
+impl<T> Late for Result<T, IssueError> {
+    fn late(waited_ms: i64) -> Self {
+        Err(IssueError::Unavailable(gave_up(waited_ms)))
+    }
 }
 
 /// The answer's variant, for the branch counts: `Ok(Won(..))` is `Won`,
@@ -61,13 +106,29 @@ fn variant(text: &str) -> String {
 }
 
 impl Gate {
-    async fn around<T: Debug>(&self, label: String, call: impl Future<Output = T>) -> T {
+    /// A Redis command at the gate.
+    async fn around<T: Debug + Late>(&self, label: String, call: impl Future<Output = T>) -> T {
+        self.within(REDIS_TIMEOUT_MS, label, call).await
+    }
+
+    /// A call whose client waits `timeout_ms` for its answer.
+    async fn within<T: Debug + Late>(&self, timeout_ms: i64, label: String, call: impl Future<Output = T>) -> T {
+        let asked = self.clock.now_ms();
         self.sched.step(self.actor, label.clone()).await;
         let out = call.await;
+        let waited = self.clock.now_ms() - asked;
         let text = format!("{out:?}");
         let method = label.split('(').next().unwrap_or(&label).to_owned();
-        self.sched.reached(&format!("{method}:{}", variant(&text)));
         let short: String = text.chars().take(160).collect();
+        if waited > timeout_ms {
+            self.sched.reached(&format!("{method}:late"));
+            self.sched.tell(format!(
+                "{}: {label} -> {short}, {waited} ms after it was asked: the caller gave up at {timeout_ms} ms",
+                self.who
+            ));
+            return T::late(waited);
+        }
+        self.sched.reached(&format!("{method}:{}", variant(&text)));
         self.sched.tell(format!("{}: {label} -> {short}", self.who));
         out
     }
@@ -161,6 +222,11 @@ impl RiskGuard for GatedRisk {
             .around("risk.release()".into(), self.inner.release(hold))
             .await
     }
+    async fn release_press(&self, claim: &Claim<'_>, ip: Option<ClientIp>) -> Result<(), StoreError> {
+        self.gate
+            .around("risk.release_press()".into(), self.inner.release_press(claim, ip))
+            .await
+    }
     fn reserves(&self) -> bool {
         self.inner.reserves()
     }
@@ -175,7 +241,9 @@ pub struct GatedPublisher {
 impl GrantPublisher for GatedPublisher {
     async fn publish(&self, grant: &Grant, within_ms: u64) -> Result<(), PublishError> {
         let label = format!("queue.publish({})", grant.grant_id);
-        self.gate.around(label, self.inner.publish(grant, within_ms)).await
+        self.gate
+            .within(within_ms as i64, label, self.inner.publish(grant, within_ms))
+            .await
     }
 }
 
@@ -191,17 +259,24 @@ impl IssueLedger for GatedIssue {
             "dynamodb.issue({} to {} #{})",
             grant.grant_id, grant.user_id, grant.ordinal
         );
-        self.gate.around(label, self.inner.issue(grant, def, now_ms)).await
+        self.gate
+            .within(DYNAMODB_TIMEOUT_MS, label, self.inner.issue(grant, def, now_ms))
+            .await
     }
     async fn raise_high_water(&self, coupon: &CouponId, shard: u32, seq: u64) -> Result<(), IssueError> {
         let label = format!("dynamodb.raise_high_water(shard {shard} to {seq})");
         self.gate
-            .around(label, self.inner.raise_high_water(coupon, shard, seq))
+            .within(
+                DYNAMODB_TIMEOUT_MS,
+                label,
+                self.inner.raise_high_water(coupon, shard, seq),
+            )
             .await
     }
     async fn acknowledge_barrier(&self, barrier: &Barrier) -> Result<(), IssueError> {
         self.gate
-            .around(
+            .within(
+                DYNAMODB_TIMEOUT_MS,
                 "dynamodb.acknowledge_barrier()".into(),
                 self.inner.acknowledge_barrier(barrier),
             )
@@ -291,18 +366,22 @@ impl Redrive for GatedRedrive {
     async fn redrive(&self, grants: &[Grant], within_ms: u64) -> Result<usize, PublishError> {
         let ids: Vec<String> = grants.iter().map(|g| g.grant_id.to_string()).collect();
         let label = format!("queue.redrive({ids:?})");
-        self.gate.around(label, self.inner.redrive(grants, within_ms)).await
+        self.gate
+            .within(within_ms as i64, label, self.inner.redrive(grants, within_ms))
+            .await
     }
     async fn send_barriers(&self, barriers: &[Barrier]) -> Result<(), PublishError> {
         let label = format!("queue.send_barriers({})", barriers.len());
-        self.gate.around(label, self.inner.send_barriers(barriers)).await
+        self.gate
+            .within(SQS_TIMEOUT_MS, label, self.inner.send_barriers(barriers))
+            .await
     }
     async fn dlq_depth(&self) -> Result<Option<u64>, PublishError> {
         self.inner.dlq_depth().await
     }
     async fn in_flight(&self) -> Result<Option<u64>, PublishError> {
         self.gate
-            .around("queue.in_flight()".into(), self.inner.in_flight())
+            .within(SQS_TIMEOUT_MS, "queue.in_flight()".into(), self.inner.in_flight())
             .await
     }
 }
@@ -313,7 +392,7 @@ fn a_branch_is_named_by_the_answers_variant() {
     assert_eq!(variant("Ok(Rejected(SoldOut))"), "Rejected.SoldOut");
     assert_eq!(variant("Err(Unavailable(..))"), "Err");
     assert_eq!(variant("Ok(())"), "()");
-    assert_eq!(variant("Ok(Borrow { ordinal: 1 })"), "Borrow");
+    assert_eq!(variant("Ok(Borrow { ordinal: 1, at_ms: 5 })"), "Borrow");
     assert_eq!(variant("Ok(Replay(Won(GrantRecord { grant_id: 1 })))"), "Replay.Won");
     assert_eq!(variant("Ok(Some(Won(GrantRecord { ordinal: 1 })))"), "Some.Won");
     assert_eq!(variant("Ok(true)"), "true");

@@ -192,7 +192,7 @@ pub(super) async fn heal(world: &World) {
 
 /// The promise after healing, as users and the books see it.
 pub(super) async fn judge(world: &World) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut out = std::mem::take(&mut *world.seen.lock().unwrap());
     let facts = DynamoFacts::new(world.h.tables.clone());
     let coupon: &CouponId = &world.def.coupon_id;
     let holdings = facts.holdings(coupon).await.expect("holdings");
@@ -215,9 +215,20 @@ pub(super) async fn judge(world: &World) -> Vec<String> {
             ));
         }
         for h in held {
-            if let Some((_, record)) = &h.outcome {
+            if let Some((request, record)) = &h.outcome {
                 if let Some(other) = holder_of.insert(record.grant_id.to_string(), user.to_string()) {
                     out.push(format!("grant {} is held by {other} and by {user}", record.grant_id));
+                }
+                // A press told a refusal holds nothing from it: the answer
+                // is the truth, and the unit was another user's to win.
+                let told = (0..world.users.len())
+                    .find(|&u| user_name(u) == user.as_str())
+                    .and_then(|u| world.users[u].lock().unwrap().finals.get(request.as_str()).cloned());
+                if let Some(final_answer) = told.filter(|f| !f.starts_with("SUCCESS")) {
+                    out.push(format!(
+                        "{user} {request} was told {final_answer}, and holds {} from it",
+                        record.grant_id
+                    ));
                 }
             }
         }

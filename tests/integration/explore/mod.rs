@@ -58,16 +58,23 @@ async fn fixed_seeds_keep_every_promise_after_healing() {
 
 /// Seeds the search found breaking the promise, each kept as a regression
 /// case until the protocol keeps it (`make explore EXPLORE_SEED=<seed>`
-/// tells its story):
+/// tells its story). Both are the first finding of issue 34, a borrow's
+/// unit on one shard and its claim on another, one of them lost:
 ///
-/// - 164 (on both engines, waves and twin presses on 4 shards): a borrow's
-///   home shard loses its data after the donor gave the unit (u0, homed on
-///   shard 0, takes a unit of shard 2; shard 0's node is lost before the
-///   settle, which answers BUSY); the rebuild counts only DynamoDB's
-///   holdings, not the donor's grant on its way, so u0's retry claims again
-///   at home, the donor's grant is re-driven and rejected (`ORDINAL_TAKEN`),
-///   and the reconciler's stock equation ends off by one: a unit gone.
-const KNOWN_FINDINGS: &[u64] = &[164];
+/// - 24 (on both engines, four shards, twin presses): u1, homed on shard
+///   3, takes a unit of shard 0 (its grant 0-2 in shard 0's outbox) and
+///   settles it at home; then shard 0's node loses its data. The rebuild
+///   counts shard 0's units from DynamoDB's holdings, which do not hold
+///   0-2 yet, so shard 0 sells that unit again while u1's retry replays
+///   its win from the home shard and 0-2 is issued: the stock equation
+///   ends one unit over (an oversell the issuer's total would refuse,
+///   after a SUCCESS).
+/// - 101 (on both engines, two shards, twin presses): u4, homed on shard 0, takes a unit
+///   of shard 1; shard 0's node loses its data before the settle. The
+///   rebuild restores shard 0 sold out and knows nothing of u4's claim, so
+///   u4's retry hears SOLD_OUT, while the reconciler re-drives the unit
+///   shard 1 gave and u4 is issued a coupon it was told it did not get.
+const KNOWN_FINDINGS: &[u64] = &[24, 101];
 
 #[tokio::test]
 #[ignore = "findings of the search the protocol does not keep yet (issue 34)"]

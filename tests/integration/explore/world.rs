@@ -21,13 +21,13 @@ use std::sync::{Arc, Mutex};
 
 use coupon_domain::clock::{Clock, ManualClock};
 use coupon_domain::coupon::CouponDefinition;
-use coupon_domain::grab::{GrabError, GrabRequest};
-use coupon_domain::ids::{RequestId, UserId};
+use coupon_domain::grab::{EntryRequest, GrabError, GrabRequest};
+use coupon_domain::ids::{DeviceId, RequestId, UserId};
 use coupon_domain::issuance::IssueLedger;
-use coupon_domain::outcome::GrabOutcome;
+use coupon_domain::outcome::{GrabOutcome, Rejection, RiskReason};
 use tokio::task::JoinHandle;
 
-use super::actors::{issuer_actor, reconciler_actor, twin_actor, user_actor};
+use super::actors::{entrant_actor, issuer_actor, reconciler_actor, twin_actor, user_actor};
 use super::gated::{Gate, GatedLedger, GatedPublisher, GatedRisk};
 use super::heal::{fault, heal, judge};
 use super::sched::{ActorId, Rng, Scheduler};
@@ -50,6 +50,14 @@ pub struct Shape {
     /// Users whose first press has a twin: the same request id sent again
     /// from another instance while the first is in flight.
     pub twins: Vec<usize>,
+    /// Each user's device (`Some(d)`: the press comes from device `d`,
+    /// which family members share), or none.
+    pub devices: Vec<Option<u32>>,
+    /// The device rules: distinct users and claims per device per day.
+    pub device_limits: (u32, u32),
+    /// A lottery beside the sale: the users who register for it (from
+    /// their devices, while the sale runs).
+    pub entrants: Vec<usize>,
 }
 
 impl Shape {
@@ -75,7 +83,30 @@ impl Shape {
             waves,
             rollover: rng.chance(50),
             twins: (0..users).filter(|_| rng.chance(25)).collect(),
+            devices: if rng.chance(40) {
+                (0..users)
+                    .map(|_| rng.chance(60).then(|| rng.below(2) as u32))
+                    .collect()
+            } else {
+                vec![None; users]
+            },
+            device_limits: (rng.between(2, 4) as u32, rng.between(1, 3) as u32),
+            entrants: if rng.chance(30) {
+                (0..users).filter(|_| rng.chance(60)).collect()
+            } else {
+                Vec::new()
+            },
         }
+    }
+
+    /// The risk rules the world runs with: the device's as drawn, a user's
+    /// daily claims above anything a user presses here, no IP rule.
+    fn risk(&self) -> coupon_domain::config::RiskLimits {
+        let mut options = Options::without_ip_limit();
+        options.risk.daily_claims_per_user = 5;
+        options.risk.users_per_device = self.device_limits.0;
+        options.risk.claims_per_device = self.device_limits.1;
+        options.risk
     }
 }
 
@@ -132,6 +163,13 @@ pub(super) struct World {
     /// back later (a re-drive), never lost for good: SQS keeps what it
     /// accepted, and that is what a SUCCESS stands on.
     pub(super) held_back: Mutex<Vec<(String, String)>>,
+    /// The lottery beside the sale, if the seed drew one.
+    pub(super) lottery: Option<CouponDefinition>,
+    pub(super) devices: Vec<Option<u32>>,
+    pub(super) claims_per_device: u32,
+    /// What the judge finds while the schedule runs (a refusal no rule
+    /// allowed at its instant).
+    pub(super) seen: Mutex<Vec<String>>,
 }
 
 /// A win's send budget, as deployed (`GRANT_SEND_BUDGET_MS`).
@@ -147,6 +185,8 @@ pub(super) enum Role {
     User(usize),
     /// A second copy of a user's press.
     Twin(usize),
+    /// A user's lottery registration.
+    Entrant(usize),
     Issuer,
     Reconciler,
 }
@@ -161,6 +201,7 @@ impl World {
             sched: self.sched.clone(),
             actor,
             who,
+            clock: self.h.clock.clone(),
         }
     }
 
@@ -236,12 +277,59 @@ impl World {
             level: 0,
             request: RequestId::parse(request).unwrap(),
             ip: None,
-            device: None,
+            device: self.device(user),
+        }
+    }
+
+    pub(super) fn device(&self, user: usize) -> Option<DeviceId> {
+        self.devices[user].map(|d| DeviceId::parse(&format!("d{d}-{}", self.def.coupon_id)).unwrap())
+    }
+
+    pub(super) fn entry(&self, user: usize) -> Option<EntryRequest> {
+        Some(EntryRequest {
+            coupon: self.lottery.as_ref()?.coupon_id.clone(),
+            user: UserId::parse(&user_name(user)).unwrap(),
+            level: 0,
+            ip: None,
+            device: self.device(user),
+        })
+    }
+
+    /// A refusal for the device's claims must come from claims: the
+    /// device's wins so far and the presses in flight on it (each may hold
+    /// a place) reach the limit. A lottery registration is not a claim.
+    fn judge_device_refusal(&self, user: usize, request: &str) {
+        let Some(device) = self.devices[user] else { return };
+        let (mut won, mut pressing) = (0u32, 0u32);
+        for (v, log) in self.users.iter().enumerate() {
+            if self.devices[v] != Some(device) {
+                continue;
+            }
+            let log = log.lock().unwrap();
+            won += log.finals.values().filter(|f| f.starts_with("SUCCESS")).count() as u32;
+            if v != user && !log.to_press.is_empty() {
+                pressing += 1;
+            }
+        }
+        if won + pressing < self.claims_per_device {
+            self.seen.lock().unwrap().push(format!(
+                "{} {request} was refused DEVICE_CLAIM_LIMIT on d{device} (limit {}) while the device had \
+                 {won} win(s) and {pressing} other press(es) in flight",
+                user_name(user),
+                self.claims_per_device
+            ));
         }
     }
 
     /// Records an answer; true when the press is decided.
     pub(super) fn heard(&self, user: usize, request: &str, answer: &Result<GrabOutcome, GrabError>) -> bool {
+        if let Ok(GrabOutcome::Rejected {
+            reason: Rejection::Risk(RiskReason::DeviceClaimLimit),
+            ..
+        }) = answer
+        {
+            self.judge_device_refusal(user, request);
+        }
         let mut log = self.users[user].lock().unwrap();
         let decided = match answer {
             Ok(GrabOutcome::Won { grant, .. }) => {
@@ -284,7 +372,11 @@ pub async fn explore(seed: u64) -> Outcome {
 async fn schedule(seed: u64) -> Outcome {
     let mut rng = Rng::new(seed);
     let shape = Shape::draw(&mut rng);
-    let h = Harness::with(Options::without_ip_limit()).await;
+    let h = Harness::with(Options {
+        risk: shape.risk(),
+        ..Options::without_ip_limit()
+    })
+    .await;
     let mut def = h.coupon(shape.stock);
     def.shards = shape.shards;
     def.per_user_limit = shape.per_user_limit;
@@ -301,6 +393,16 @@ async fn schedule(seed: u64) -> Outcome {
         def.rollover = shape.rollover;
     }
     h.create(&def).await;
+    let lottery = if shape.entrants.is_empty() {
+        None
+    } else {
+        let mut lottery = h.coupon(rng.between(1, 3) as u64);
+        lottery.shards = rng.between(1, 2).min(lottery.total_stock as i64) as u32;
+        lottery.mode = coupon_domain::coupon::Mode::Lottery;
+        lottery.draw_at_ms = Some(lottery.grab_end_ms + coupon_domain::lottery::DRAW_SETTLE_MS);
+        h.create(&lottery).await;
+        Some(lottery)
+    };
     let sched = Arc::new(Scheduler::new());
     let users = (0..shape.users)
         .map(|u| {
@@ -320,6 +422,10 @@ async fn schedule(seed: u64) -> Outcome {
         skip_deletes: Mutex::new(0),
         in_flight: Mutex::new(Vec::new()),
         held_back: Mutex::new(Vec::new()),
+        lottery,
+        devices: shape.devices.clone(),
+        claims_per_device: shape.device_limits.1,
+        seen: Mutex::new(Vec::new()),
     });
     let mut outcome = Outcome {
         seed,
@@ -353,6 +459,11 @@ async fn schedule(seed: u64) -> Outcome {
         ));
         let task = tokio::task::spawn_local(twin_actor(world.clone(), actor, u, "r1".into(), offset));
         world.tasks.lock().unwrap().insert(actor, (Role::Twin(u), task));
+    }
+    for &u in &shape.entrants {
+        let actor = world.new_actor();
+        let task = tokio::task::spawn_local(entrant_actor(world.clone(), actor, u));
+        world.tasks.lock().unwrap().insert(actor, (Role::Entrant(u), task));
     }
     let issuer = world.new_actor();
     let issuer_task = tokio::task::spawn_local(issuer_actor(world.clone(), issuer, rng.between(2, 8) as u32));

@@ -50,7 +50,7 @@ async fn reserve_borrow(h: &Harness, coupon: &CouponId, user: &UserId, home: u32
     };
     assert!(matches!(
         h.stock_ledger().claim(&claim, ClaimStep::Whole).await.unwrap(),
-        ClaimReply::Borrow { ordinal: 1 }
+        ClaimReply::Borrow { ordinal: 1, .. }
     ));
 }
 
@@ -186,7 +186,7 @@ async fn a_borrow_whose_record_expired_gives_its_claim_back_once() {
     // No borrow has failed yet, so no shard is stamped sold out: the home
     // shard reserves the claim and sends the caller borrowing.
     let reply = ledger.claim(&claim, ClaimStep::Whole).await.unwrap();
-    assert!(matches!(reply, ClaimReply::Borrow { ordinal: 1 }), "{reply:?}");
+    assert!(matches!(reply, ClaimReply::Borrow { ordinal: 1, .. }), "{reply:?}");
     // The record expires (the outcome TTL passed).
     let req_key = h.redis.keys().shard(&coupon, home).request(&user, &request);
     let mut conn = h.redis.connection();

@@ -67,11 +67,17 @@ impl KeySpace {
         format!("{}{{dev:{}}}:seen:{}", self.prefix, device, day)
     }
 
-    /// The presses holding one of `device`'s claims on risk day `day`
-    /// (`<user>|<coupon>:<requestId>`; its size is the device's claims), so
-    /// a repeated reserve or release counts once.
+    /// The presses and lottery registrations holding a place on `device`
+    /// on risk day `day` (`<user>|<coupon>:<requestId>`), so a repeated
+    /// reserve or release counts once.
     pub fn device_holds(&self, device: &DeviceId, day: i64) -> String {
         format!("{}{{dev:{}}}:holds:{}", self.prefix, device, day)
+    }
+
+    /// The holds on `device` on risk day `day` that are claims (presses; a
+    /// lottery registration is not one): its size is the device's claims.
+    pub fn device_claims(&self, device: &DeviceId, day: i64) -> String {
+        format!("{}{{dev:{}}}:claims:{}", self.prefix, device, day)
     }
 }
 
@@ -158,5 +164,6 @@ mod tests {
         let device = DeviceId::parse("dev:42").unwrap();
         assert_eq!(hash_tag(&ks.device_users(&device, 5)), "dev:dev:42");
         assert_eq!(hash_tag(&ks.device_holds(&device, 5)), "dev:dev:42");
+        assert_eq!(hash_tag(&ks.device_claims(&device, 5)), "dev:dev:42");
     }
 }

@@ -79,7 +79,7 @@ impl StockLedger for RedisLedger {
                 _ => return Err(protocol(WHAT, "WIN without a grant")),
             },
             Some("BORROW") => match parse_recorded(WHAT, record())? {
-                Recorded::Borrowing { ordinal } => ClaimReply::Borrow { ordinal },
+                Recorded::Borrowing { ordinal, at_ms } => ClaimReply::Borrow { ordinal, at_ms },
                 _ => return Err(protocol(WHAT, "BORROW without a reservation")),
             },
             Some("ADMITTED") if step == ClaimStep::Admit => ClaimReply::Admitted,

@@ -65,8 +65,12 @@ pub(super) fn parse_recorded(what: &'static str, record: &str) -> Result<Recorde
         return Ok(Recorded::Closed(Rejection::BetweenWaves { next_wave_at_ms: at }));
     }
     if let Some(rest) = record.strip_prefix("B|") {
-        if let Some(ordinal) = rest.split('|').next().and_then(|o| o.parse().ok()) {
-            return Ok(Recorded::Borrowing { ordinal });
+        // B|<ordinal>|<epoch>|<reservedAtMs>
+        let mut fields = rest.split('|');
+        let ordinal = fields.next().and_then(|o| o.parse().ok());
+        let at_ms = fields.nth(1).and_then(|t| t.parse().ok());
+        if let (Some(ordinal), Some(at_ms)) = (ordinal, at_ms) {
+            return Ok(Recorded::Borrowing { ordinal, at_ms });
         }
     }
     Err(protocol(
@@ -99,7 +103,10 @@ mod tests {
         assert!(matches!(parse_recorded("t", "W|c1-0-7|2|0|1"), Ok(Recorded::Won(_))));
         assert!(matches!(
             parse_recorded("t", "B|3|1|1700000000000"),
-            Ok(Recorded::Borrowing { ordinal: 3 })
+            Ok(Recorded::Borrowing {
+                ordinal: 3,
+                at_ms: 1_700_000_000_000
+            })
         ));
         assert!(matches!(parse_recorded("t", "L|SOLD_OUT"), Ok(Recorded::SoldOut)));
         assert!(matches!(

@@ -42,11 +42,12 @@ impl RedisRisk {
 }
 
 /// What a reservation counts: a press counts as a claim (the user's daily
-/// claims, the device's), a lottery registration does not.
+/// claims, the device's), a lottery registration does not (it still takes
+/// the user's place among the device's and the IP's distinct users).
 #[derive(Clone, Copy)]
 struct Counted {
     daily_claims: u32,
-    device_claims: u32,
+    claim: bool,
 }
 
 #[async_trait]
@@ -54,7 +55,7 @@ impl RiskGuard for RedisRisk {
     async fn reserve(&self, claim: &Claim<'_>, ip: Option<ClientIp>) -> Result<RiskDecision, StoreError> {
         let counted = Counted {
             daily_claims: self.limits.daily_claims_per_user,
-            device_claims: self.limits.claims_per_device,
+            claim: true,
         };
         self.reserve_counting(claim, ip, counted).await
     }
@@ -62,7 +63,7 @@ impl RiskGuard for RedisRisk {
     async fn reserve_entry(&self, claim: &Claim<'_>, ip: Option<ClientIp>) -> Result<RiskDecision, StoreError> {
         let counted = Counted {
             daily_claims: 0,
-            device_claims: 0,
+            claim: false,
         };
         self.reserve_counting(claim, ip, counted).await
     }
@@ -106,7 +107,7 @@ impl RiskGuard for RedisRisk {
             match self.device_rule(device) {
                 Some(device) => RISK_CHECK
                     .key(self.redis.keys.device_users(device, day))
-                    .key(self.redis.keys.device_holds(device, day))
+                    .key(self.redis.keys.device_claims(device, day))
                     .arg("device")
                     .arg(self.limits.users_per_device)
                     .arg(user.as_str())
@@ -124,6 +125,26 @@ impl RiskGuard for RedisRisk {
             words.push(reply.map_err(unavailable)?);
         }
         Ok(refusal([words[0].as_deref(), words[1].as_deref(), words[2].as_deref()]))
+    }
+
+    async fn release_press(&self, claim: &Claim<'_>, ip: Option<ClientIp>) -> Result<(), StoreError> {
+        // Every place the rules could have taken: releasing one the press
+        // never took changes nothing (the scripts check the press's key).
+        let hold = RiskHold {
+            user: claim.user.clone(),
+            coupon: claim.coupon.clone(),
+            request: claim.request.clone(),
+            ip: self.ip_rule(ip),
+            device: self.device_rule(claim.device).cloned(),
+            day: self.limits.day(claim.now_ms),
+            user_reserved: self.limits.daily_claims_per_user > 0,
+            ip_reserved: self.ip_rule(ip).is_some(),
+            device_reserved: self.device_rule(claim.device).is_some(),
+        };
+        if hold.is_empty() {
+            return Ok(());
+        }
+        self.release(&hold).await
     }
 
     async fn release(&self, hold: &RiskHold) -> Result<(), StoreError> {
@@ -162,6 +183,7 @@ impl RiskGuard for RedisRisk {
                     RISK_RELEASE
                         .key(self.redis.keys.device_users(device, hold.day))
                         .key(self.redis.keys.device_holds(device, hold.day))
+                        .key(self.redis.keys.device_claims(device, hold.day))
                         .arg(hold.user.as_str())
                         .arg(&press)
                         .invoke_async::<()>(&mut device_conn)
@@ -221,11 +243,13 @@ impl RedisRisk {
                 Some(device) => RISK_DEVICE
                     .key(self.redis.keys.device_users(device, day))
                     .key(self.redis.keys.device_holds(device, day))
+                    .key(self.redis.keys.device_claims(device, day))
                     .arg(user.as_str())
                     .arg(self.limits.users_per_device)
-                    .arg(counted.device_claims)
+                    .arg(self.limits.claims_per_device)
                     .arg(RISK_TTL_MS)
                     .arg(&press)
+                    .arg(if counted.claim { "1" } else { "0" })
                     .invoke_async::<String>(&mut device_conn)
                     .await
                     .map(Some),

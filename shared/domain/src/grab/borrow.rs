@@ -28,19 +28,30 @@ pub fn home_shard(user: &UserId, shards: u32) -> u32 {
 /// home shard. Used by the grab and, for borrows whose caller died, by the
 /// reconciler: donor takes are idempotent per (user, ordinal), so running it
 /// again after a crash never takes a second unit.
+///
+/// Every take is judged at `reserved_at_ms`, the instant the claim was
+/// reserved, not the caller's: two copies of one press (or a retry, or the
+/// reconciler) on clocks either side of a release wave would otherwise see
+/// different donors, one settling a loss while the other takes a unit
+/// nobody is told of.
 pub async fn finish_borrow(
     ledger: &dyn StockLedger,
     metrics: &dyn Metrics,
     claim: &Claim<'_>,
     shards: u32,
     ordinal: u32,
+    reserved_at_ms: i64,
 ) -> Result<Result<GrantRecord, Rejection>, StoreError> {
+    let at_reservation = Claim {
+        now_ms: reserved_at_ms,
+        ..claim.clone()
+    };
     let mut donor_grant = None;
     let mut closed = None;
     let mut missing = 0;
     for step in 1..shards {
         let donor = (claim.home_shard + step) % shards;
-        match ledger.take(claim, donor, ordinal).await? {
+        match ledger.take(&at_reservation, donor, ordinal).await? {
             TakeReply::Won(rec) => {
                 donor_grant = Some(rec);
                 break;

@@ -46,8 +46,8 @@ impl GrabService {
                 ));
             }
             ClaimReply::Rejected(reason) => fresh(Err(reason)),
-            ClaimReply::Borrow { ordinal } => {
-                let outcome = self.borrow(claim, shards, ordinal).await?;
+            ClaimReply::Borrow { ordinal, at_ms } => {
+                let outcome = self.borrow(claim, shards, ordinal, at_ms).await?;
                 fresh(outcome)
             }
             ClaimReply::Replay(Recorded::Won(rec)) => Decided {
@@ -62,10 +62,11 @@ impl GrabService {
                 outcome: Err(reason),
                 replayed: true,
             },
-            ClaimReply::Replay(Recorded::Borrowing { ordinal }) => {
+            ClaimReply::Replay(Recorded::Borrowing { ordinal, at_ms }) => {
                 // The first attempt died mid-borrow (or is still running):
-                // resume it. Donor takes are idempotent per (user, ordinal).
-                let outcome = self.borrow(claim, shards, ordinal).await?;
+                // resume it. Donor takes are idempotent per (user, ordinal)
+                // and judged at the reservation's instant, not this copy's.
+                let outcome = self.borrow(claim, shards, ordinal, at_ms).await?;
                 Decided {
                     outcome,
                     replayed: true,
@@ -79,7 +80,16 @@ impl GrabService {
         claim: &Claim<'_>,
         shards: u32,
         ordinal: u32,
+        reserved_at_ms: i64,
     ) -> Result<Result<GrantRecord, Rejection>, StoreError> {
-        finish_borrow(self.ledger.as_ref(), self.metrics.as_ref(), claim, shards, ordinal).await
+        finish_borrow(
+            self.ledger.as_ref(),
+            self.metrics.as_ref(),
+            claim,
+            shards,
+            ordinal,
+            reserved_at_ms,
+        )
+        .await
     }
 }

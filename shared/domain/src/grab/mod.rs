@@ -312,10 +312,15 @@ impl GrabService {
         let decided = self.decide(claim, shards, reply).await?;
         // The hold is this press's own reservation (keyed by coupon and
         // request id), so a win keeps it, replayed or not, and anything else
-        // gives it back; giving back twice changes nothing.
+        // gives it back; giving back twice changes nothing. A replayed loss
+        // without a hold in hand gives back what the press holds: the
+        // attempt that decided it may have died before its release, and a
+        // press that never won must not count against a limit.
         if decided.outcome.is_err() {
-            if let Some(h) = hold.as_ref() {
-                self.release(h).await;
+            match hold.as_ref() {
+                Some(h) => self.release(h).await,
+                None if decided.replayed && self.risk.reserves() => self.release_press(claim, req.ip).await,
+                None => {}
             }
         }
         match decided.outcome {
@@ -328,6 +333,15 @@ impl GrabService {
                 }
                 Ok(rejected(reason, decided.replayed))
             }
+        }
+    }
+
+    /// Best effort, as [`Self::release`]: see
+    /// [`RiskGuard::release_press`].
+    async fn release_press(&self, claim: &Claim<'_>, ip: Option<ClientIp>) {
+        if let Err(e) = self.risk.release_press(claim, ip).await {
+            warn!(error = %e, "risk places of a replayed loss not released");
+            self.metrics.count(Metric::RiskReleaseFailed, None, 1);
         }
     }
 

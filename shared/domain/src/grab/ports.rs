@@ -39,6 +39,9 @@ pub enum Recorded {
     Borrowing {
         /// The reserved claim number.
         ordinal: u32,
+        /// When the claim was reserved: every take of the borrow is judged
+        /// at this instant, whichever copy, retry or reconciler runs it.
+        at_ms: i64,
     },
     /// A borrow found every shard empty.
     SoldOut,
@@ -105,6 +108,8 @@ pub enum ClaimReply {
     Borrow {
         /// The reserved claim number.
         ordinal: u32,
+        /// When it was reserved (see [`Recorded::Borrowing`]).
+        at_ms: i64,
     },
     /// Refused; nothing changed.
     Rejected(Rejection),
@@ -282,6 +287,12 @@ pub trait RiskGuard: Send + Sync {
     /// Gives back what `reserve` took for that press. Idempotent: a repeated
     /// release gives back nothing more.
     async fn release(&self, hold: &RiskHold) -> Result<(), StoreError>;
+    /// Gives back whatever the press of `claim` still holds, without the
+    /// hold `reserve` returned: for a replayed loss, whose first attempt
+    /// may have died between its decision and its release (its answer
+    /// lost), so the user's, the IP's and the device's places it took do
+    /// not count a press that never won. Idempotent, as `release` is.
+    async fn release_press(&self, claim: &Claim<'_>, ip: Option<ClientIp>) -> Result<(), StoreError>;
     /// False if [`Self::reserve`] allows every press and holds nothing (no
     /// rules configured): the grab then decides in one call
     /// ([`ClaimStep::Whole`]) instead of admitting first.

@@ -144,16 +144,19 @@ impl Reconciler {
         };
         match self.ports.ledger.claim(&claim, ClaimStep::Draw).await? {
             ClaimReply::Won(rec) | ClaimReply::Replay(Recorded::Won(rec)) => Ok(Some(rec)),
-            ClaimReply::Borrow { ordinal } | ClaimReply::Replay(Recorded::Borrowing { ordinal }) => finish_borrow(
-                self.ports.ledger.as_ref(),
-                self.ports.metrics.as_ref(),
-                &claim,
-                def.shards,
-                ordinal,
-            )
-            .await?
-            .map(Some)
-            .map_err(|reason| refused(format!("{reason:?}"))),
+            ClaimReply::Borrow { ordinal, at_ms } | ClaimReply::Replay(Recorded::Borrowing { ordinal, at_ms }) => {
+                finish_borrow(
+                    self.ports.ledger.as_ref(),
+                    self.ports.metrics.as_ref(),
+                    &claim,
+                    def.shards,
+                    ordinal,
+                    at_ms,
+                )
+                .await?
+                .map(Some)
+                .map_err(|reason| refused(format!("{reason:?}")))
+            }
             ClaimReply::Rejected(Rejection::AlreadyClaimed) => Ok(None),
             other => Err(refused(format!("{other:?}"))),
         }

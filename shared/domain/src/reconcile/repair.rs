@@ -127,7 +127,7 @@ impl Reconciler {
             self.ports.ledger.settle(&claim, BorrowEnd::AllEmpty).await?;
             return Ok(None);
         }
-        let Some(Recorded::Borrowing { ordinal }) = self.ports.ledger.recorded(&claim).await? else {
+        let Some(Recorded::Borrowing { ordinal, at_ms }) = self.ports.ledger.recorded(&claim).await? else {
             // Settled meanwhile, or its record expired: settle only clears
             // the listing then.
             self.ports.ledger.settle(&claim, BorrowEnd::AllEmpty).await?;
@@ -139,6 +139,7 @@ impl Reconciler {
             &claim,
             def.shards,
             ordinal,
+            at_ms,
         )
         .await?;
         Ok(outcome

@@ -46,6 +46,8 @@ pub struct ScriptedLedger {
     pub entry: Option<EntryReply>,
     /// Every call made, in order.
     pub calls: Mutex<Vec<String>>,
+    /// The instant each take was judged at, in order.
+    pub take_instants: Mutex<Vec<i64>>,
 }
 
 impl ScriptedLedger {
@@ -75,8 +77,9 @@ impl StockLedger for ScriptedLedger {
         }
         Ok(self.claim.clone().expect("a scripted claim reply"))
     }
-    async fn take(&self, _: &Claim<'_>, donor: u32, _: u32) -> Result<TakeReply, StoreError> {
+    async fn take(&self, claim: &Claim<'_>, donor: u32, _: u32) -> Result<TakeReply, StoreError> {
         self.log(format!("take:{donor}"));
+        self.take_instants.lock().unwrap().push(claim.now_ms);
         Ok(self.takes.get(&donor).cloned().unwrap_or(TakeReply::Empty))
     }
     async fn settle(&self, _: &Claim<'_>, ended: BorrowEnd<'_>) -> Result<Option<Recorded>, StoreError> {
@@ -163,6 +166,10 @@ impl RiskGuard for FakeRisk {
         *self.released.lock().unwrap() += 1;
         Ok(())
     }
+    async fn release_press(&self, _: &Claim<'_>, _: Option<ClientIp>) -> Result<(), StoreError> {
+        *self.released.lock().unwrap() += 1;
+        Ok(())
+    }
     async fn check(
         &self,
         _: &UserId,
@@ -218,6 +225,9 @@ impl RiskGuard for AllowAll {
     }
 
     async fn release(&self, _hold: &RiskHold) -> Result<(), StoreError> {
+        Ok(())
+    }
+    async fn release_press(&self, _: &Claim<'_>, _: Option<ClientIp>) -> Result<(), StoreError> {
         Ok(())
     }
     async fn check(

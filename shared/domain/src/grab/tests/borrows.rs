@@ -13,7 +13,10 @@ async fn a_borrow_visits_donors_in_order_from_home_and_stops_at_the_first_win() 
     let w = world(
         ScriptedLedger {
             shards: 4,
-            claim: Some(ClaimReply::Borrow { ordinal: 1 }),
+            claim: Some(ClaimReply::Borrow {
+                ordinal: 1,
+                at_ms: 1_000,
+            }),
             takes: HashMap::from([(
                 second_donor,
                 TakeReply::Won(record(&format!("c-{second_donor}-1"), second_donor)),
@@ -49,7 +52,10 @@ async fn a_borrow_that_finds_the_coupon_closed_takes_nothing_and_says_why() {
     let w = world(
         ScriptedLedger {
             shards: 4,
-            claim: Some(ClaimReply::Borrow { ordinal: 1 }),
+            claim: Some(ClaimReply::Borrow {
+                ordinal: 1,
+                at_ms: 1_000,
+            }),
             takes: HashMap::from([
                 (first_donor, TakeReply::Closed(Rejection::Offline)),
                 (
@@ -96,7 +102,10 @@ async fn a_borrow_found_at_admission_is_resumed_and_gives_its_reservation_back_i
     let w = world(
         ScriptedLedger {
             shards: 2,
-            admit: Some(ClaimReply::Replay(Recorded::Borrowing { ordinal: 1 })),
+            admit: Some(ClaimReply::Replay(Recorded::Borrowing {
+                ordinal: 1,
+                at_ms: 1_000,
+            })),
             ..Default::default()
         },
         FakeRisk::allowing(),
@@ -121,6 +130,55 @@ async fn a_borrow_found_at_admission_is_resumed_and_gives_its_reservation_back_i
         "the press's own reservation, found again"
     );
     assert_eq!(*w.risk.released.lock().unwrap(), 1);
+}
+
+/// A copy of a press (or a retry) that finds the borrow reserved by
+/// another judges every donor at the reservation's instant, not on its own
+/// clock: copies either side of a release wave see the same donors, so one
+/// cannot settle a loss while the other takes a unit nobody is told of.
+#[tokio::test]
+async fn a_resumed_borrow_judges_its_donors_at_the_instant_the_claim_was_reserved() {
+    let w = world(
+        ScriptedLedger {
+            shards: 3,
+            admit: Some(ClaimReply::Replay(Recorded::Borrowing { ordinal: 1, at_ms: 400 })),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    w.service.grab(&request("u")).await.unwrap();
+    assert_eq!(
+        *w.ledger.take_instants.lock().unwrap(),
+        [400, 400],
+        "both donors, at 400, not at 1000"
+    );
+}
+
+/// The attempt that decided a loss may have died before it gave its risk
+/// places back (its answer lost): the retry that hears the loss replayed
+/// gives them back, so a press that never won counts against no limit.
+#[tokio::test]
+async fn a_replayed_loss_gives_back_the_risk_places_its_first_attempt_took() {
+    let w = world(
+        ScriptedLedger {
+            shards: 2,
+            admit: Some(ClaimReply::Replay(Recorded::SoldOut)),
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    let outcome = w.service.grab(&request("u")).await.unwrap();
+    assert_eq!(
+        outcome,
+        GrabOutcome::Rejected {
+            reason: Rejection::SoldOut,
+            replayed: true
+        }
+    );
+    assert_eq!(*w.risk.reserved.lock().unwrap(), 0, "nothing reserved anew");
+    assert_eq!(*w.risk.released.lock().unwrap(), 1, "the press's places given back");
 }
 
 #[test]
@@ -151,7 +209,10 @@ async fn a_borrow_that_meets_a_lost_donor_shard_is_busy_and_stamps_nothing() {
     let w = world(
         ScriptedLedger {
             shards: 2,
-            claim: Some(ClaimReply::Borrow { ordinal: 1 }),
+            claim: Some(ClaimReply::Borrow {
+                ordinal: 1,
+                at_ms: 1_000,
+            }),
             takes: HashMap::from([(donor, TakeReply::Missing)]),
             ..Default::default()
         },
@@ -181,7 +242,10 @@ async fn a_borrowed_win_waits_for_the_home_and_the_donor_shard() {
     let w = world(
         ScriptedLedger {
             shards: 2,
-            claim: Some(ClaimReply::Borrow { ordinal: 1 }),
+            claim: Some(ClaimReply::Borrow {
+                ordinal: 1,
+                at_ms: 1_000,
+            }),
             takes: HashMap::from([(donor, TakeReply::Won(record(&format!("c-{donor}-1"), donor)))]),
             ..Default::default()
         },
