@@ -13,6 +13,8 @@
 --   T:outbox  stream one entry per grant made from this shard's stock
 --   T:taken   hash   "<ordinal>:<user>" -> grant record, for borrows (dedup)
 --   T:borrowing zset "<requestId>:<user>" -> reserved at (ms), open borrows
+--   T:borrowed hash  grant id -> the grant (JSON), donors' grants settled here,
+--                    until the reconciler finds them issued
 --
 -- Records stored under a request id (never contain the user id):
 --   W|<grantId>|<ordinal>|<shard>|<grantedAtMs>   a win

@@ -4,7 +4,11 @@
 -- wave still to come, between waves). When the coupon
 -- is no longer on sale (a donor said so, or the home shard does), nothing is
 -- taken: the claim is released and the request answers OFFLINE or ENDED.
--- KEYS: 1 meta, 2 users, 3 req, 4 outbox, 5 borrowing
+-- A donor's grant stored here is also listed in `borrowed` (grant id ->
+-- the grant), until the reconciler finds it issued: the unit is on the
+-- donor, the claim here, and if the donor loses its state the list is what
+-- tells its rebuild that the unit is gone (and which grant carries it).
+-- KEYS: 1 meta, 2 users, 3 req, 4 outbox, 5 borrowing, 6 borrowed
 -- ARGV: 1 user id, 2 request id, 3 now (ms), 4 outcome ttl (ms),
 --       5 the donor's W-record, or '' when every donor was empty or closed,
 --       6 'OFFLINE' or 'ENDED' when a donor found the coupon closed, else ''
@@ -12,8 +16,17 @@
 --       | {'MISSING'} (the home shard has no state: lost or dropped, and not
 --         rebuilt yet; or its server restarted and the reconciler has not
 --         verified it yet: nothing is changed, the borrow stays open)
-local meta, users, req, outbox, borrowing = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local meta, users, req, outbox, borrowing, borrowed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local user, request_id, now, ttl, donor, closed = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+
+-- Lists the donor's grant (its W-record) as this user's claim.
+local function list_borrowed()
+  local grant_id, ordinal, shard, at = string.match(donor, '^W|([^|]+)|(%d+)|(%d+)|(%d+)$')
+  redis.call('HSET', borrowed, grant_id, cjson.encode({
+    grant_id = grant_id, coupon_id = redis.call('HGET', meta, 'coupon_id'), user_id = user,
+    ordinal = tonumber(ordinal), request_id = request_id,
+    shard = tonumber(shard), granted_at_ms = tonumber(at)}))
+end
 
 -- A request record can outlive its shard (a shard dropped after rolling
 -- back keeps its request keys): settling there would count against, or
@@ -35,6 +48,15 @@ if not current then
       redis.call('HDEL', users, user)
     end
   end
+  -- Or this shard lost the reservation with its state (rebuilt since, by
+  -- a pass that did not see the donor's grant yet): the grant is the
+  -- user's all the same, so it is counted, recorded and listed here (an
+  -- expired reservation's count is then one too many: the safe side).
+  if listed == 0 and donor ~= '' then
+    redis.call('HINCRBY', users, user, 1)
+    redis.call('SET', req, donor, 'PX', ttl)
+    list_borrowed()
+  end
   return {'GONE'}
 end
 if string.sub(current, 1, 2) ~= 'B|' then return {'DONE', current} end
@@ -42,6 +64,7 @@ if string.sub(current, 1, 2) ~= 'B|' then return {'DONE', current} end
 local ordinal, epoch, reserved_at = string.match(current, '^B|(%d+)|(%d+)|(%d+)')
 if donor ~= '' then
   redis.call('SET', req, donor, 'PX', ttl)
+  list_borrowed()
   return {'DONE', donor}
 end
 

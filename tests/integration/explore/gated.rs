@@ -303,6 +303,21 @@ impl StockRepair for GatedRepair {
         let label = format!("repair.trim(shard {shard}: {seqs:?})");
         self.gate.around(label, self.inner.trim(coupon, shard, seqs)).await
     }
+    async fn borrowed(&self, coupon: &CouponId, shard: u32) -> Result<Vec<Grant>, StoreError> {
+        let label = format!("repair.borrowed(shard {shard})");
+        self.gate.around(label, self.inner.borrowed(coupon, shard)).await
+    }
+    async fn forget_borrowed(
+        &self,
+        coupon: &CouponId,
+        shard: u32,
+        grants: &[coupon_domain::ids::GrantId],
+    ) -> Result<(), StoreError> {
+        let label = format!("repair.forget_borrowed(shard {shard}: {} grant(s))", grants.len());
+        self.gate
+            .around(label, self.inner.forget_borrowed(coupon, shard, grants))
+            .await
+    }
     async fn restore_shard(
         &self,
         stored: &StoredCoupon,

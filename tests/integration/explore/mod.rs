@@ -11,7 +11,8 @@
 //! - `gated.rs`: the real adapters behind the scheduler's gate.
 //!
 //! - `explore::fixed_seeds`: the seeds every CI run replays (on each
-//!   engine the integration tests run on).
+//!   engine the integration tests run on), and `FINDINGS`, the seeds the
+//!   search once found breaking the promise.
 //! - `explore::search` (ignored; `make explore`): schedules for
 //!   `EXPLORE_SECONDS` (or `EXPLORE_SCHEDULES`) from seed
 //!   `EXPLORE_FIRST_SEED`, or the one seed `EXPLORE_SEED` with its story;
@@ -57,30 +58,41 @@ async fn fixed_seeds_keep_every_promise_after_healing() {
 }
 
 /// Seeds the search found breaking the promise, each kept as a regression
-/// case until the protocol keeps it (`make explore EXPLORE_SEED=<seed>`
-/// tells its story). Both are the first finding of issue 34, a borrow's
-/// unit on one shard and its claim on another, one of them lost:
+/// case once the protocol keeps it (`make explore EXPLORE_SEED=<seed>`
+/// tells its story), replayed by every CI run on every engine:
 ///
-/// - 24 (on both engines, four shards, twin presses): u1, homed on shard
-///   3, takes a unit of shard 0 (its grant 0-2 in shard 0's outbox) and
-///   settles it at home; then shard 0's node loses its data. The rebuild
-///   counts shard 0's units from DynamoDB's holdings, which do not hold
-///   0-2 yet, so shard 0 sells that unit again while u1's retry replays
-///   its win from the home shard and 0-2 is issued: the stock equation
-///   ends one unit over (an oversell the issuer's total would refuse,
-///   after a SUCCESS).
-/// - 101 (on both engines, two shards, twin presses): u4, homed on shard 0, takes a unit
-///   of shard 1; shard 0's node loses its data before the settle. The
-///   rebuild restores shard 0 sold out and knows nothing of u4's claim, so
-///   u4's retry hears SOLD_OUT, while the reconciler re-drives the unit
-///   shard 1 gave and u4 is issued a coupon it was told it did not get.
-const KNOWN_FINDINGS: &[u64] = &[24, 101];
+/// - 15 (a lottery beside the sale, two shared devices, one claim each):
+///   u2 and u3 register for the lottery from their phones, then every
+///   press of theirs is refused `DEVICE_CLAIM_LIMIT` with no win on either
+///   device: the device's claims counted lottery entries.
+/// - 1 (two release waves, twin presses): u2's r1 is sent twice, one copy
+///   on a clock 957 ms behind; that copy reserves the borrow and finds the
+///   donor empty before the first wave, the other copy takes the donor's
+///   unit after it: copies of one press judged one donor at two instants,
+///   one settling a loss while the other took a unit (every take is now
+///   judged at the reservation's instant).
+/// - 24 (four shards, twin presses): u1, homed on shard 3, takes a unit of
+///   shard 0 and settles it at home; then shard 0's node loses its data.
+///   The rebuild counted shard 0's units from DynamoDB only, so shard 0
+///   sold that unit again while u1's retry replayed its win: the stock
+///   equation ended one unit over (the home's `borrowed` list now tells
+///   the donor's rebuild).
+/// - 101 (two shards, twin presses): u4, homed on shard 0, takes a unit of
+///   shard 1; shard 0's node loses its data before the settle. The rebuilt
+///   home knew nothing of u4's claim, so u4's retry heard SOLD_OUT while
+///   the donor's unit was re-driven and issued to u4 (the rebuild now
+///   counts the grants pending for its users in other shards' outboxes).
+/// - 145 (a lottery, shared devices): an attempt that decided u0's loss
+///   had its answer lost before it released its risk places; the retry
+///   heard the loss replayed and released nothing, so the device later
+///   refused u4's third claim with two wins on it (a replayed loss now
+///   gives the press's places back).
+const FINDINGS: &[u64] = &[15, 1, 24, 101, 145];
 
 #[tokio::test]
-#[ignore = "findings of the search the protocol does not keep yet (issue 34)"]
-async fn known_findings_keep_every_promise_after_healing() {
+async fn seeds_that_once_broke_the_promise_keep_it_after_healing() {
     let mut failed = Vec::new();
-    for &seed in KNOWN_FINDINGS {
+    for &seed in FINDINGS {
         let outcome = world::explore(seed).await;
         if !outcome.violations.is_empty() {
             print_failure(&outcome);

@@ -133,7 +133,7 @@ async fn a_borrow_whose_home_shard_was_dropped_waits_for_the_rebuild() {
     h.pump().await;
     reserve_borrow(&h, &coupon, &user, home).await;
     use coupon_domain::reconcile::ports::StockRepair;
-    let repair = coupon_adapters::redis::RedisRepair::new(h.redis.clone());
+    let repair = coupon_adapters::redis::repair::RedisRepair::new(h.redis.clone());
     assert!(repair.drop_if_behind(&coupon, home, u64::MAX).await.unwrap());
 
     let waiting = h.grab(&coupon, user_name, "r1").await;
@@ -213,4 +213,37 @@ async fn a_borrow_whose_record_expired_gives_its_claim_back_once() {
         .await
         .unwrap();
     assert_eq!(counted, None, "given back once, never below zero");
+}
+
+/// A donor's grant settled on the home shard is listed there, with its
+/// user and request, until the reconciler finds it issued: if the donor
+/// loses its state meanwhile, the list is what keeps its rebuild from
+/// selling the unit again (the explorer's seed 24).
+#[tokio::test]
+async fn a_donors_grant_settled_at_home_is_listed_there_until_issued() {
+    use coupon_domain::reconcile::ports::StockRepair;
+    let h = Harness::new().await;
+    let user_name = "lister";
+    let (def, coupon) = borrow_reserved_on_an_empty_home(&h, user_name).await;
+    let home = home_shard(&UserId::parse(user_name).unwrap(), 2);
+    let won = h.grab(&coupon, user_name, "r1").await;
+    assert_eq!(won.code(), "SUCCESS", "{}", won.body);
+    let repair = coupon_adapters::redis::repair::RedisRepair::new(h.redis.clone());
+    let listed = repair.borrowed(&coupon, home).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].grant_id.to_string(), won.grant_id().unwrap());
+    assert_eq!(
+        (
+            listed[0].user_id.as_str(),
+            listed[0].request_id.as_str(),
+            listed[0].shard
+        ),
+        (user_name, "r1", 1 - home)
+    );
+    assert_eq!(h.pump().await, 1);
+    h.reconcile(&def).await;
+    assert!(
+        repair.borrowed(&coupon, home).await.unwrap().is_empty(),
+        "forgotten once issued"
+    );
 }

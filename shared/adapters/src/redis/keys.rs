@@ -98,6 +98,11 @@ impl ShardKeys {
     pub fn taken(&self) -> String {
         format!("{}:taken", self.tag)
     }
+    /// Grant id -> the grant (JSON), for each donor's grant settled here,
+    /// until the reconciler finds it issued or rejected.
+    pub fn borrowed(&self) -> String {
+        format!("{}:borrowed", self.tag)
+    }
     /// `<requestId>:<user>` -> when a borrow was reserved, until settled.
     pub fn borrowing(&self) -> String {
         format!("{}:borrowing", self.tag)

@@ -178,6 +178,7 @@ impl StockLedger for RedisLedger {
             .key(k.request(claim.user, claim.request))
             .key(k.outbox())
             .key(k.borrowing())
+            .key(k.borrowed())
             .arg(claim.user.as_str())
             .arg(claim.request.as_str())
             .arg(claim.now_ms)

@@ -45,6 +45,22 @@ pub(super) fn outbox_entry(id: &redis::streams::StreamId) -> Option<OutboxEntry>
     Some(OutboxEntry { seq, grant })
 }
 
+/// A grant `settle.lua` listed as borrowed (its JSON); `None` if malformed.
+fn borrowed_grant(json: &str) -> Option<Grant> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    let text = |name: &str| v.get(name)?.as_str().map(str::to_owned);
+    let number = |name: &str| v.get(name)?.as_i64();
+    Some(Grant {
+        grant_id: GrantId::parse(&text("grant_id")?).ok()?,
+        coupon_id: CouponId::parse(&text("coupon_id")?).ok()?,
+        user_id: UserId::parse(&text("user_id")?).ok()?,
+        ordinal: u32::try_from(number("ordinal")?).ok()?,
+        request_id: RequestId::parse(&text("request_id")?).ok()?,
+        shard: u32::try_from(number("shard")?).ok()?,
+        granted_at_ms: number("granted_at_ms")?,
+    })
+}
+
 /// Outbox pages are read this many entries at a time.
 const OUTBOX_PAGE: usize = 1_000;
 
@@ -102,6 +118,30 @@ impl StockRepair for RedisRepair {
         for chunk in seqs.chunks(500) {
             let ids: Vec<String> = chunk.iter().map(|s| format!("{s}-0")).collect();
             conn.xdel::<_, _, ()>(&key, &ids).await.map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    async fn borrowed(&self, coupon: &CouponId, shard: u32) -> Result<Vec<Grant>, StoreError> {
+        let key = self.redis.keys.shard(coupon, shard).borrowed();
+        let mut conn = self.redis.conn.clone();
+        let listed: Vec<(String, String)> = conn.hgetall(&key).await.map_err(unavailable)?;
+        let mut grants = Vec::with_capacity(listed.len());
+        for (id, json) in listed {
+            match borrowed_grant(&json) {
+                Some(grant) => grants.push(grant),
+                None => tracing::error!(key = %key, grant = %id, "malformed borrowed grant left in place"),
+            }
+        }
+        Ok(grants)
+    }
+
+    async fn forget_borrowed(&self, coupon: &CouponId, shard: u32, grants: &[GrantId]) -> Result<(), StoreError> {
+        let key = self.redis.keys.shard(coupon, shard).borrowed();
+        let mut conn = self.redis.conn.clone();
+        for chunk in grants.chunks(500) {
+            let ids: Vec<&str> = chunk.iter().map(GrantId::as_str).collect();
+            conn.hdel::<_, _, ()>(&key, &ids).await.map_err(unavailable)?;
         }
         Ok(())
     }

@@ -152,7 +152,7 @@ pub struct ReconcilePorts {
 }
 
 /// What the shards that kept their state hold, as one pass read them.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Surviving {
     /// Their stock, summed.
     held: i64,
@@ -160,6 +160,9 @@ struct Surviving {
     /// the pass read: an operator's change is on its way (or raced the
     /// pass), and `held` and the total disagree by its units.
     other_version: u32,
+    /// The grants in their outboxes not yet issued or rejected (each a
+    /// claim of its user, whichever shard is their home).
+    pending: Vec<crate::grant::Grant>,
 }
 
 /// The reconciliation use case.

@@ -29,6 +29,14 @@ fn rolled_back(r: &mut CouponReport, shard: u32, mark: u64, how: &str) {
     ));
 }
 
+/// What step 2 read of the grants not confirmed yet: every present shard's
+/// outbox, and the donors' grants each settled for its users.
+#[derive(Default)]
+struct Unsent {
+    outboxes: Vec<(u32, Vec<OutboxEntry>)>,
+    borrowed: Vec<(u32, Vec<Grant>)>,
+}
+
 /// Which shards of a coupon kept their state, as step 1 read them.
 struct Survey {
     /// The shards with state, in order.
@@ -67,7 +75,7 @@ impl Reconciler {
         // 1. Surviving stock, and which shards are gone. An operator's
         //    change that never reached a shard (its Redis step failed, or
         //    met a shard that was lost then) is applied now.
-        let survey = self.survey(&stored).await?;
+        let mut survey = self.survey(&stored).await?;
         self.heal_settings(&stored, &survey.present, &mut r).await?;
         // 2. Borrows whose caller died (they may add outbox entries), not
         //    while a shard is lost: a borrow must not settle SOLD_OUT past a
@@ -90,9 +98,18 @@ impl Reconciler {
                     .push(format!("lottery draw not finished ({e}); the next pass goes on"));
             }
         }
-        let mut outboxes = Vec::new();
+        let mut unsent = Unsent::default();
         for &shard in &survey.present {
-            outboxes.push((shard, self.ports.repair.outbox(coupon, shard).await?));
+            unsent
+                .outboxes
+                .push((shard, self.ports.repair.outbox(coupon, shard).await?));
+        }
+        // After the outboxes: a grant taken and settled between the two
+        // reads is counted twice (restoring too little), never not at all.
+        for &shard in &survey.present {
+            unsent
+                .borrowed
+                .push((shard, self.ports.repair.borrowed(coupon, shard).await?));
         }
         // 3. The queue's depth, every coupon's: while it holds messages a
         //    young pending entry may be one of them, and is not re-driven
@@ -106,11 +123,13 @@ impl Reconciler {
         };
         // 4. DynamoDB, last: what confirms the entries, then the counters;
         //    the pending re-driven, the lost shards rebuilt.
-        self.confirm_outboxes(def, &outboxes, in_flight, &mut to_redrive, now, &mut r)
+        let pending = self
+            .confirm_outboxes(def, &unsent, in_flight, &mut to_redrive, now, &mut r)
             .await?;
         r.issued = self.ports.facts.issued(coupon).await?;
         self.keep_unreplicated(def, &mut to_redrive, &mut r, now).await;
         self.redrive(&to_redrive, &mut r).await;
+        survey.surviving.pending = pending;
         self.rebuild_or_wait(&stored, survey, &mut gate, &mut r, now).await?;
         for shard in 0..def.shards {
             r.remaining += self
@@ -204,13 +223,14 @@ impl Reconciler {
     async fn confirm_outboxes(
         &self,
         def: &CouponDefinition,
-        outboxes: &[(u32, Vec<OutboxEntry>)],
+        unsent: &Unsent,
         in_flight: Option<u64>,
         to_redrive: &mut Vec<Grant>,
         now: i64,
         r: &mut CouponReport,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Vec<Grant>, StoreError> {
         let coupon = &def.coupon_id;
+        let mut pending = Vec::new();
         let rejections = self.ports.facts.rejections(coupon).await?;
         let rejected_ids: HashSet<&GrantId> = rejections.iter().map(|g| &g.grant_id).collect();
         let fresh: HashSet<GrantId> = to_redrive.iter().map(|g| g.grant_id.clone()).collect();
@@ -219,7 +239,7 @@ impl Reconciler {
         } else {
             self.settings.backlog_ms.max(self.settings.grace_ms)
         };
-        for (shard, entries) in outboxes {
+        for (shard, entries) in &unsent.outboxes {
             let grants: Vec<Grant> = entries.iter().map(|e| e.grant.clone()).collect();
             let issued = self.ports.facts.issued_grants(&grants).await?;
             let mut confirmed = Vec::new();
@@ -229,6 +249,7 @@ impl Reconciler {
                     confirmed.push(entry.seq);
                 } else {
                     r.pending += 1;
+                    pending.push(entry.grant.clone());
                     let age = now - entry.grant.granted_at_ms;
                     if age >= horizon && !fresh.contains(id) {
                         to_redrive.push(entry.grant.clone());
@@ -238,8 +259,35 @@ impl Reconciler {
             self.ports.repair.trim(coupon, *shard, &confirmed).await?;
             r.trimmed += confirmed.len() as u64;
         }
+        // A borrowed grant whose donor's outbox does not list it: the donor
+        // lost its state (rebuilt since, or not yet) after giving the
+        // unit. The claim and the record are on the home shard, which
+        // keeps it until it is issued: pending, so a rebuild does not
+        // restore its unit, and re-driven in time as any pending grant.
+        let listed: HashSet<&GrantId> = unsent
+            .outboxes
+            .iter()
+            .flat_map(|(_, entries)| entries.iter().map(|e| &e.grant.grant_id))
+            .collect();
+        for (shard, grants) in &unsent.borrowed {
+            let issued = self.ports.facts.issued_grants(grants).await?;
+            let mut confirmed = Vec::new();
+            for grant in grants {
+                let id = &grant.grant_id;
+                if issued.contains(id) || rejected_ids.contains(id) {
+                    confirmed.push(id.clone());
+                } else if !listed.contains(id) {
+                    r.pending += 1;
+                    pending.push(grant.clone());
+                    if now - grant.granted_at_ms >= horizon && !fresh.contains(id) {
+                        to_redrive.push(grant.clone());
+                    }
+                }
+            }
+            self.ports.repair.forget_borrowed(coupon, *shard, &confirmed).await?;
+        }
         r.rejected = rejections.len() as u64;
-        Ok(())
+        Ok(pending)
     }
 
     /// Step 4: sends the pending grants again, within the grab's budget of

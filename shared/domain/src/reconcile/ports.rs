@@ -153,6 +153,13 @@ pub trait StockRepair: Send + Sync {
     async fn outbox(&self, coupon: &CouponId, shard: u32) -> Result<Vec<OutboxEntry>, StoreError>;
     /// Deletes confirmed entries.
     async fn trim(&self, coupon: &CouponId, shard: u32, seqs: &[u64]) -> Result<(), StoreError>;
+    /// The donors' grants a shard settled for its users (a borrow's unit
+    /// is on the donor, its claim here) and not yet confirmed issued: if
+    /// the donor lost its state, these are the units its rebuild must not
+    /// restore.
+    async fn borrowed(&self, coupon: &CouponId, shard: u32) -> Result<Vec<Grant>, StoreError>;
+    /// Forgets borrowed grants DynamoDB confirmed (issued or rejected).
+    async fn forget_borrowed(&self, coupon: &CouponId, shard: u32, grants: &[GrantId]) -> Result<(), StoreError>;
     /// Rebuilds a lost shard: per-user counts and the outcome of every
     /// request that won a coupon the holders hold (`holders`, the users
     /// homed on this shard) first, then its definition (at its stored

@@ -3,7 +3,7 @@
 //! no replica holds, borrows finished for callers that died, and lost
 //! shards rebuilt from DynamoDB.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use tracing::warn;
 
@@ -169,7 +169,11 @@ impl Reconciler {
         // other. The next pass reads both afresh (and heals the shards
         // behind first).
         let latest = self.ports.facts.stored(coupon).await?.unwrap_or_else(|| stored.clone());
-        let Surviving { held, other_version } = surviving;
+        let Surviving {
+            held,
+            other_version,
+            pending,
+        } = surviving;
         if other_version > 0 || latest.version != stored.version {
             r.shards_waiting += missing.len() as u32;
             r.causes.push(format!(
@@ -203,7 +207,7 @@ impl Reconciler {
             return Ok(());
         }
         let restored = self
-            .restore_lost(&latest, missing, restorable, &holdings, r, now)
+            .restore_lost(&latest, missing, restorable, &holdings, &pending, r, now)
             .await?;
         if r.shards_rebuilt > 0 {
             self.settle_rebuild(latest, missing, restored, holdings.len(), r, now)
@@ -269,12 +273,22 @@ impl Reconciler {
     /// Writes each lost shard afresh: its share of `restorable`, its
     /// holders' counts and request outcomes, and a grant sequence above
     /// anything it minted. The units restored.
+    ///
+    /// A shard's holders are every claim its users have anywhere: the
+    /// coupons DynamoDB holds, and the grants still `pending` in the other
+    /// shards' outboxes (a borrow's unit, taken from a donor before the
+    /// loss took the home's record of it). Without those, the user's retry
+    /// would find no record and claim again at home while the donor's unit
+    /// goes out to them anyway: a SUCCESS after SOLD_OUT, or a unit lost to
+    /// `ORDINAL_TAKEN`.
+    #[allow(clippy::too_many_arguments)]
     async fn restore_lost(
         &self,
         latest: &StoredCoupon,
         missing: &[u32],
         restorable: u64,
         holdings: &Holdings,
+        pending: &[Grant],
         r: &mut CouponReport,
         now: i64,
     ) -> Result<u64, StoreError> {
@@ -287,11 +301,7 @@ impl Reconciler {
         let held: Vec<u64> = missing.iter().map(|&s| def.shard_held_back(s, now)).collect();
         let left: Vec<Option<u64>> = missing.iter().map(|&s| wave_left(def, s, holdings, now)).collect();
         for (&shard, units) in missing.iter().zip(figures::split_rebuild(restorable, &held, &left)) {
-            let holders: Vec<(UserId, Vec<Held>)> = holdings
-                .iter()
-                .filter(|(user, _)| home_shard(user, def.shards) == shard)
-                .map(|(u, held)| (u.clone(), held.clone()))
-                .collect();
+            let holders = holders_of(def, shard, holdings, pending);
             // New grant ids start at the current time in ms: far above any
             // sequence the lost shard minted since it was created, and small
             // enough (13 digits) that Lua's `%.14g` number formatting keeps
@@ -321,6 +331,28 @@ impl Reconciler {
         }
         Ok(restored)
     }
+}
+
+/// The claims of the users homed on `shard`: their coupons in DynamoDB,
+/// and the grants pending for them in other shards' outboxes (each once).
+fn holders_of(def: &CouponDefinition, shard: u32, holdings: &Holdings, pending: &[Grant]) -> Vec<(UserId, Vec<Held>)> {
+    let mut holders: BTreeMap<UserId, Vec<Held>> = holdings
+        .iter()
+        .filter(|(user, _)| home_shard(user, def.shards) == shard)
+        .map(|(u, held)| (u.clone(), held.clone()))
+        .collect();
+    for grant in pending.iter().filter(|g| home_shard(&g.user_id, def.shards) == shard) {
+        let held = holders.entry(grant.user_id.clone()).or_default();
+        let known = held.iter().any(|h| {
+            h.outcome
+                .as_ref()
+                .is_some_and(|(_, rec)| rec.grant_id == grant.grant_id)
+        });
+        if !known {
+            held.push(Held::of(grant));
+        }
+    }
+    holders.into_iter().collect()
 }
 
 /// Without rollover, what the wave out now has left on lost shard `shard`:

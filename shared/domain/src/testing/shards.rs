@@ -10,7 +10,7 @@ use crate::blacklist::BlacklistFlags;
 use crate::coupon::{CouponStatus, StoredCoupon};
 use crate::error::StoreError;
 use crate::grant::{Grant, GrantRecord};
-use crate::ids::{CouponId, RequestId, UserId};
+use crate::ids::{CouponId, GrantId, RequestId, UserId};
 use crate::live::{LiveSettings, ShardApply};
 use crate::reconcile::ports::{DurableBound, OutboxEntry, ShardStock, ShardUnits, StockRepair, Verification};
 use crate::user_coupon::Held;
@@ -29,6 +29,9 @@ pub struct ShardState {
     pub status: Option<CouponStatus>,
     /// Outbox entries, oldest first.
     pub outbox: Vec<OutboxEntry>,
+    /// Donors' grants settled here for this shard's users, not yet
+    /// confirmed issued.
+    pub borrowed: Vec<Grant>,
     /// Times its sold-out epoch was bumped.
     pub epochs: u32,
     /// Per-user claim counts (set by a restore).
@@ -70,6 +73,16 @@ impl MemoryShards {
         );
     }
 
+    /// Lists `grant` (a donor's) as settled on `home` for its user, as
+    /// `settle.lua` does.
+    pub fn lend(&self, home: u32, grant: &Grant) {
+        let mut shards = self.shards.lock().unwrap();
+        let state = shards
+            .get_mut(&(grant.coupon_id.clone(), home))
+            .expect("the home shard exists");
+        state.borrowed.push(grant.clone());
+    }
+
     /// Appends a grant to its shard's outbox (the shard must exist).
     pub fn push(&self, grant: &Grant) {
         let mut shards = self.shards.lock().unwrap();
@@ -108,6 +121,15 @@ impl StockRepair for MemoryShards {
     async fn trim(&self, coupon: &CouponId, shard: u32, seqs: &[u64]) -> Result<(), StoreError> {
         if let Some(s) = self.shards.lock().unwrap().get_mut(&(coupon.clone(), shard)) {
             s.outbox.retain(|e| !seqs.contains(&e.seq));
+        }
+        Ok(())
+    }
+    async fn borrowed(&self, coupon: &CouponId, shard: u32) -> Result<Vec<Grant>, StoreError> {
+        Ok(self.state(coupon, shard).map(|s| s.borrowed).unwrap_or_default())
+    }
+    async fn forget_borrowed(&self, coupon: &CouponId, shard: u32, grants: &[GrantId]) -> Result<(), StoreError> {
+        if let Some(s) = self.shards.lock().unwrap().get_mut(&(coupon.clone(), shard)) {
+            s.borrowed.retain(|g| !grants.contains(&g.grant_id));
         }
         Ok(())
     }

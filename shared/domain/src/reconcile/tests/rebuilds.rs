@@ -27,11 +27,75 @@ async fn a_lost_shard_is_rebuilt_with_only_what_nothing_accounts_for() {
     );
     assert_eq!(*w.facts.rebuilds.lock().unwrap(), vec![(def.coupon_id.clone(), 4)]);
     let holders: u32 = rebuilt.users.iter().map(|(_, n)| n).sum();
-    let homed_on_1 = ["u9", "u8"]
+    let homed_on_1 = ["u9", "u8", "u1"]
         .iter()
         .filter(|u| crate::grab::home_shard(&UserId::parse(u).unwrap(), 2) == 1)
         .count() as u32;
     assert_eq!(holders, homed_on_1, "holders are restored on their home shard only");
+}
+
+/// A borrow's unit and its claim on two shards, the donor lost after the
+/// home settled its grant (the explorer's seed 24): the home's list of
+/// borrowed grants tells the donor's rebuild that the unit is gone, and
+/// the grant is pending (re-driven in time) until it is issued.
+#[tokio::test]
+async fn a_rebuilt_donor_does_not_restore_a_unit_it_gave_to_a_borrow_settled_elsewhere() {
+    let w = world();
+    let def = coupon(4, 2);
+    // Shard 1 survives, sold out; its user won shard 0's unit 0-7, which
+    // shard 0's outbox held when shard 0 lost its state.
+    w.shards.put(&def.coupon_id, 1, 0);
+    let borrowed = grant(7, 0, "b", NOW - 90_000);
+    w.shards.lend(1, &borrowed);
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!(r.shards_rebuilt, 1);
+    assert_eq!(r.pending, 1, "the borrowed grant is pending");
+    let rebuilt = w.shards.state(&def.coupon_id, 0).expect("rebuilt");
+    assert_eq!(rebuilt.stock, 4 - 1, "the unit 0-7 carries is not restored");
+    assert_eq!(r.drift, 0);
+
+    // Once the donor is back, the grant is re-driven as any old pending
+    // one, and the home forgets it once issued.
+    w.reconciler.coupon(&def, NOW + 60_000).await.unwrap();
+    assert_eq!(*w.queue.sent.lock().unwrap(), vec![borrowed.clone()]);
+    w.facts.issue(&borrowed);
+    w.reconciler.coupon(&def, NOW + 120_000).await.unwrap();
+    assert!(w.shards.state(&def.coupon_id, 1).unwrap().borrowed.is_empty());
+}
+
+/// A borrow's unit and its claim on two shards, the home lost after the
+/// donor gave the unit (the explorer's seed 101): the rebuilt home counts
+/// the user's claim and replays the win to their retry, instead of letting
+/// them claim again (or hear SOLD_OUT) while the donor's grant goes out.
+#[tokio::test]
+async fn a_rebuilt_home_shard_counts_its_users_units_pending_in_other_shards_outboxes() {
+    let w = world();
+    let def = coupon(4, 2);
+    let user = (0..)
+        .map(|n| format!("b{n}"))
+        .find(|u| crate::grab::home_shard(&UserId::parse(u).unwrap(), 2) == 1)
+        .unwrap();
+    // Shard 0 gave `user` (homed on the lost shard 1) a unit: pending.
+    w.shards.put(&def.coupon_id, 0, 1);
+    let borrowed = grant(1, 0, &user, NOW - 1_000);
+    w.shards.push(&borrowed);
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!(r.shards_rebuilt, 1);
+    let rebuilt = w.shards.state(&def.coupon_id, 1).expect("rebuilt");
+    assert_eq!(rebuilt.stock, 4 - 1 - 1, "the borrowed unit is not restored");
+    assert_eq!(rebuilt.users, vec![(UserId::parse(&user).unwrap(), 1)]);
+    assert_eq!(
+        rebuilt.outcomes,
+        vec![(
+            UserId::parse(&user).unwrap(),
+            (borrowed.request_id.clone(), crate::grant::GrantRecord::of(&borrowed))
+        )],
+        "the retry replays the donor's grant"
+    );
 }
 
 #[tokio::test]
