@@ -1,5 +1,6 @@
 -- Finishes a borrow on the home shard: stores the donor's grant under the
--- request id, or, when no donor had stock, tries the home shard once more and
+-- request id, or, when no donor had stock, tries the home shard once more (at
+-- the instant the claim was reserved, as the donors were) and
 -- otherwise releases the reserved claim and answers sold out (or, with a
 -- wave still to come, between waves). When the coupon
 -- is no longer on sale (a donor said so, or the home shard does), nothing is
@@ -68,9 +69,16 @@ if donor ~= '' then
   return {'DONE', donor}
 end
 
+-- The home is tried once more at the instant the claim was reserved, as
+-- every donor was (take.lua): whichever copy of the press, retry or
+-- reconciler pass settles, and whenever, the press is decided as of that
+-- instant. A copy told BETWEEN_WAVES whose reservation a failover brought
+-- back would otherwise be settled by the reconciler after the wave with
+-- the home's new unit: a coupon from a press told it had none.
+local at = tonumber(reserved_at)
 local m = redis.call('HMGET', meta, 'stock', 'epoch', 'status', 'end_ms', 'waves', 'rollover', 'sells_until_ms')
 if closed == '' and m[3] and m[3] ~= 'ONLINE' then closed = 'OFFLINE' end
-if closed == '' and m[4] and tonumber(now) >= sells_until(m[4], m[7]) then closed = 'ENDED' end
+if closed == '' and m[4] and at >= sells_until(m[4], m[7]) then closed = 'ENDED' end
 if closed ~= '' then
   if redis.call('HINCRBY', users, user, -1) <= 0 then
     redis.call('HDEL', users, user)
@@ -78,9 +86,9 @@ if closed ~= '' then
   redis.call('SET', req, 'L|' .. closed, 'PX', ttl)
   return {'DONE', 'L|' .. closed}
 end
-local avail, next_at, out, gone = sellable(tonumber(m[1]), m[5], m[6], tonumber(now))
+local avail, next_at, _, gone = sellable(tonumber(m[1]), m[5], m[6], at)
 expire(meta, gone)
-local record = issue(meta, outbox, avail, user, ordinal, request_id, now)
+local record = issue(meta, outbox, avail, user, ordinal, request_id, reserved_at)
 if record then
   redis.call('SET', req, record, 'PX', ttl)
   return {'DONE', record}
@@ -92,7 +100,8 @@ end
 -- Every shard was seen empty and nothing was added (no stock, no wave)
 -- since the reservation: remember it so the next grab on this shard answers
 -- at once, until the epoch moves or the next wave is out.
-local _, _, out_then = schedule(m[5], tonumber(reserved_at))
+local _, _, out_then = schedule(m[5], at)
+local _, _, out = schedule(m[5], tonumber(now))
 if m[2] == epoch and out_then == out then
   redis.call('HSET', meta, 'soldout', stamp(epoch, m[5], out))
 end

@@ -5,8 +5,10 @@
 
 use std::collections::HashSet;
 
+use coupon_adapters::redis::RedisLedger;
 use coupon_domain::coupon::CouponDefinition;
-use coupon_domain::ids::CouponId;
+use coupon_domain::grab::ports::{Claim, Decision, Recorded, StockLedger};
+use coupon_domain::ids::{CouponId, RequestId, UserId};
 use coupon_domain::reconcile::ports::DurableFacts;
 
 use crate::support::{Harness, Options, ReplicaSet, Server};
@@ -159,6 +161,61 @@ async fn a_failover_to_a_replica_that_lagged_loses_no_success() {
     assert!(
         after.facts().rejections(&coupon).await.unwrap().is_empty(),
         "no SUCCESS turned REJECTED"
+    );
+}
+
+/// The acknowledgement vouches only for what the node that gives it holds:
+/// a win decided on the primary, then the failover (the replica cut off
+/// had not received it), then the grab's fence and `WAIT` reaching the
+/// promoted replica (a reconnect, a cluster client following `MOVED`).
+/// Acknowledging that node's writes would tell SUCCESS for a win whose
+/// unit, and grant id, the new primary sells again; the fence finds no
+/// such win there and vouches for nothing.
+#[tokio::test]
+async fn a_wait_that_reaches_a_promoted_replica_without_the_win_vouches_for_nothing() {
+    let pair = ReplicaSet::start();
+    let h = Harness::with(on(&pair)).await;
+    let (_, coupon) = one_shard_coupon(&h, 3).await;
+    let (user, request) = (UserId::parse("u1").unwrap(), RequestId::parse("r1").unwrap());
+
+    pair.partition();
+    let cut_off = h.grab(&coupon, "u1", "r1").await;
+    assert_eq!(cut_off.code(), "BUSY", "no replica holds it: not a SUCCESS");
+    let claim = Claim {
+        coupon: &coupon,
+        home_shard: 0,
+        user: &user,
+        level: 0,
+        request: &request,
+        device: None,
+        now_ms: 0,
+    };
+    let old = RedisLedger::new(h.redis.clone());
+    let Some(Recorded::Won(record)) = old.recorded(&claim).await.unwrap() else {
+        panic!("the old primary holds the win");
+    };
+    let won = Decision::Won {
+        user: &user,
+        request: &request,
+        record: &record,
+    };
+    pair.fail_over();
+
+    let after = Harness::with(Options {
+        redis_url: Some(pair.replica.url()),
+        key_prefix: Some(h.config.redis.key_prefix.clone()),
+        replica_acks: 1,
+        ..Options::without_ip_limit()
+    })
+    .await;
+    let new = RedisLedger::new(after.redis.clone());
+    assert!(
+        !new.replicated(&coupon, 0, won).await.unwrap(),
+        "the promoted replica never had the win"
+    );
+    assert!(
+        new.replicated(&coupon, 0, Decision::Writes).await.unwrap(),
+        "its own writes are acknowledged (its replica follows it)"
     );
 }
 

@@ -14,7 +14,7 @@ use coupon_domain::config::RiskLimits;
 use coupon_domain::coupon::{CouponDefinition, Mode};
 use coupon_domain::error::StoreError;
 use coupon_domain::grab::ports::{
-    BorrowEnd, Claim, ClaimReply, ClaimStep, EntryReply, Peek, PeekReply, Recorded, StockLedger, TakeReply,
+    BorrowEnd, Claim, ClaimReply, ClaimStep, Decision, EntryReply, Peek, PeekReply, Recorded, StockLedger, TakeReply,
 };
 use coupon_domain::ids::{CouponId, UserId};
 use coupon_domain::lottery::ports::Entries;
@@ -262,8 +262,8 @@ impl StockLedger for DiesMidDraw {
     async fn recorded(&self, claim: &Claim<'_>) -> Result<Option<Recorded>, StoreError> {
         self.inner.recorded(claim).await
     }
-    async fn replicated(&self, c: &CouponId, shard: u32) -> Result<bool, StoreError> {
-        self.inner.replicated(c, shard).await
+    async fn replicated(&self, c: &CouponId, shard: u32, decision: Decision<'_>) -> Result<bool, StoreError> {
+        self.inner.replicated(c, shard, decision).await
     }
 }
 

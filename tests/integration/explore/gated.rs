@@ -20,10 +20,10 @@ use coupon_domain::clock::{Clock, ManualClock};
 use coupon_domain::coupon::{CouponDefinition, StoredCoupon};
 use coupon_domain::error::{PublishError, StoreError};
 use coupon_domain::grab::ports::{
-    BorrowEnd, Claim, ClaimReply, ClaimStep, EntryReply, GrantPublisher, Peek, PeekReply, Recorded, RiskDecision,
-    RiskGuard, RiskHold, StockLedger, TakeReply,
+    BorrowEnd, Claim, ClaimReply, ClaimStep, Decision, EntryReply, GrantPublisher, Peek, PeekReply, Recorded,
+    RiskDecision, RiskGuard, RiskHold, StockLedger, TakeReply,
 };
-use coupon_domain::grant::Grant;
+use coupon_domain::grant::{Grant, GrantRecord};
 use coupon_domain::ids::{ClientIp, CouponId, DeviceId, UserId};
 use coupon_domain::issuance::{IssueError, IssueLedger, IssueOutcome};
 use coupon_domain::outcome::RiskReason;
@@ -32,6 +32,7 @@ use coupon_domain::reconcile::ports::{
 };
 use coupon_domain::user_coupon::Held;
 
+use super::nodes::Nodes;
 use super::sched::{ActorId, Scheduler};
 
 /// Who passes a gate: the actor and how the story names it.
@@ -42,6 +43,8 @@ pub struct Gate {
     pub who: String,
     /// The world's clock, for how long a call waited at its gate.
     pub clock: ManualClock,
+    /// The shards' nodes: a `WAIT` that answered updates their replicas.
+    pub nodes: Arc<Nodes>,
 }
 
 /// A client's timeout for a Redis command (`REDIS_TIMEOUT_MS` as deployed).
@@ -183,9 +186,20 @@ impl StockLedger for GatedLedger {
         let label = format!("ledger.recorded(shard {})", claim.home_shard);
         self.gate.around(label, self.inner.recorded(claim)).await
     }
-    async fn replicated(&self, coupon: &CouponId, shard: u32) -> Result<bool, StoreError> {
+    async fn replicated(&self, coupon: &CouponId, shard: u32, decision: Decision<'_>) -> Result<bool, StoreError> {
         let label = format!("ledger.replicated(shard {shard})");
-        self.gate.around(label, self.inner.replicated(coupon, shard)).await
+        // The replica holds what the WAIT acknowledged, taken within the
+        // step (nothing else runs meanwhile), and even if the answer is
+        // late: the replica has it whether or not the caller still waits.
+        let nodes = self.gate.nodes.clone();
+        let wait = async {
+            let out = self.inner.replicated(coupon, shard, decision).await;
+            if matches!(out, Ok(true)) {
+                nodes.acknowledged(coupon, shard).await;
+            }
+            out
+        };
+        self.gate.around(label, wait).await
     }
 }
 
@@ -325,14 +339,18 @@ impl StockRepair for GatedRepair {
         units: ShardUnits,
         seq_base: u64,
         holders: &[(UserId, Vec<Held>)],
+        taken: &[(UserId, GrantRecord)],
         now_ms: i64,
     ) -> Result<bool, StoreError> {
-        let label = format!("repair.restore_shard(shard {shard}, {units:?}, seq from {seq_base})");
+        let label = format!(
+            "repair.restore_shard(shard {shard}, {units:?}, seq from {seq_base}, {} take(s))",
+            taken.len()
+        );
         self.gate
             .around(
                 label,
                 self.inner
-                    .restore_shard(stored, shard, units, seq_base, holders, now_ms),
+                    .restore_shard(stored, shard, units, seq_base, holders, taken, now_ms),
             )
             .await
     }

@@ -28,6 +28,7 @@ pub(super) async fn flush_shard(world: &World, shard: u32) -> usize {
     for key in &keys {
         let _: Result<(), _> = redis::cmd("DEL").arg(key).query_async(&mut conn).await;
     }
+    world.nodes.lost(shard);
     keys.len()
 }
 
@@ -53,12 +54,7 @@ pub(super) async fn fault(world: &World, rng: &mut Rng, actor: ActorId) -> Strin
             let taken = receive(&world.h, 1).await;
             if let Some(m) = taken.first() {
                 delete(&world.h, m).await;
-                let group = m
-                    .attributes()
-                    .and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId))
-                    .cloned()
-                    .unwrap_or_else(|| "explore".into());
-                let body = m.body().unwrap_or_default().to_owned();
+                let (group, body) = group_and_body(m);
                 world.sched.tell(format!(
                     "FAULT: a message leaves the queue until a re-drive: {}",
                     body.chars().take(100).collect::<String>()
@@ -79,6 +75,81 @@ pub(super) async fn fault(world: &World, rng: &mut Rng, actor: ActorId) -> Strin
             world.h.clock.advance(jump);
             world.sched.tell(format!("FAULT: the clock jumps {jump} ms"));
             "clock_jump".into()
+        }
+    }
+}
+
+/// A received message's group and body, to send it again as it was.
+fn group_and_body(m: &aws_sdk_sqs::types::Message) -> (String, String) {
+    let group = m
+        .attributes()
+        .and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId))
+        .cloned()
+        .unwrap_or_else(|| "explore".into());
+    (group, m.body().unwrap_or_default().to_owned())
+}
+
+/// A fault of the shards' nodes or of SQS's delivery, before a step; its
+/// name (`nodes.rs` says what each models).
+pub(super) async fn node_fault(world: &World, rng: &mut Rng) -> String {
+    let shard = rng.below(world.def.shards as u64) as u32;
+    match rng.below(5) {
+        0 | 1 => {
+            let n = world.nodes.save(shard).await;
+            world
+                .sched
+                .tell(format!("shard {shard}'s node saves a snapshot ({n} keys)"));
+            "snapshot_saved".into()
+        }
+        2 => {
+            let (kept, lost) = world.nodes.fail_over(shard).await;
+            world.sched.tell(format!(
+                "FAULT: shard {shard}'s node fails over to its replica ({kept} keys as last acknowledged; \
+                 {lost} written since are gone)"
+            ));
+            "failover".into()
+        }
+        3 => {
+            let (kept, lost) = world.nodes.restart(shard).await;
+            world.sched.tell(format!(
+                "FAULT: shard {shard}'s node restarts from its last snapshot ({kept} keys; {lost} written since \
+                 are gone; a new replication history)"
+            ));
+            "restart_from_snapshot".into()
+        }
+        _ => {
+            // SQS delivers at least once: a message comes again beside
+            // the one still on the queue (a new message, the same body).
+            let taken = receive(&world.h, 1).await;
+            if let Some(m) = taken.first() {
+                let (group, body) = group_and_body(m);
+                let _ = world
+                    .h
+                    .stack
+                    .sqs
+                    .send_message()
+                    .queue_url(&world.h.queue_url)
+                    .message_body(&body)
+                    .message_group_id(group)
+                    .message_deduplication_id(format!("again-{}", m.message_id().unwrap_or_default()))
+                    .send()
+                    .await;
+                let _ = world
+                    .h
+                    .stack
+                    .sqs
+                    .change_message_visibility()
+                    .queue_url(&world.h.queue_url)
+                    .receipt_handle(m.receipt_handle().unwrap_or_default())
+                    .visibility_timeout(0)
+                    .send()
+                    .await;
+                world.sched.tell(format!(
+                    "FAULT: a message is delivered twice: {}",
+                    body.chars().take(100).collect::<String>()
+                ));
+            }
+            "message_duplicated".into()
         }
     }
 }
@@ -277,6 +348,22 @@ pub(super) async fn judge(world: &World) -> Vec<String> {
         .reconciler_over(&world.h.queue_url, SEND_WINDOW_MS, |ports| ports);
     if let Ok(report) = reconciler.run().await {
         if let Some(c) = coupon_domain::reconcile::find(&report, coupon) {
+            // No false SOLD_OUT: a sale whose every unit is gone from Redis
+            // (none remaining, none on its way) while fewer were issued than
+            // its total lost units to grants DynamoDB refused, and told
+            // someone it was sold out.
+            let sold_out_told = world
+                .users
+                .iter()
+                .any(|u| u.lock().unwrap().finals.values().any(|f| f == "SoldOut"));
+            if sold_out_told && c.remaining <= 0 && c.pending == 0 && c.issued < c.total {
+                out.push(format!(
+                    "a user heard SOLD_OUT, and the sale ended with {} of {} issued, none left to sell ({})",
+                    c.issued,
+                    c.total,
+                    summary(std::slice::from_ref(c))
+                ));
+            }
             if c.drift != 0 {
                 out.push(format!(
                     "the stock equation is off by {} ({}; rejected grants {rejected:?})",

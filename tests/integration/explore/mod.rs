@@ -7,6 +7,7 @@
 //! - `world.rs`: what a seed draws, the world it builds, the schedule.
 //! - `actors.rs`: the users, the twin presses, the issuer, the reconciler.
 //! - `heal.rs`: the faults, the healing, the judgement.
+//! - `nodes.rs`: each shard's node, its replica and its snapshots.
 //! - `sched.rs`: the seeded scheduler every step waits for.
 //! - `gated.rs`: the real adapters behind the scheduler's gate.
 //!
@@ -21,6 +22,7 @@
 mod actors;
 mod gated;
 mod heal;
+mod nodes;
 mod sched;
 mod world;
 
@@ -28,6 +30,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+
+use crate::support::ReplicaSet;
 
 /// The seeds CI replays: each ends with no violation today, so a change
 /// that breaks one of their schedules fails CI with the schedule's story.
@@ -46,9 +50,10 @@ fn print_failure(o: &world::Outcome) {
 
 #[tokio::test]
 async fn fixed_seeds_keep_every_promise_after_healing() {
+    let nodes = ReplicaSet::start();
     let mut failed = Vec::new();
     for seed in FIXED_SEEDS {
-        let outcome = world::explore(seed).await;
+        let outcome = world::explore(seed, &nodes.primary.url()).await;
         if !outcome.violations.is_empty() {
             print_failure(&outcome);
             failed.push(seed);
@@ -76,7 +81,12 @@ async fn fixed_seeds_keep_every_promise_after_healing() {
 ///   The rebuild counted shard 0's units from DynamoDB only, so shard 0
 ///   sold that unit again while u1's retry replayed its win: the stock
 ///   equation ended one unit over (the home's `borrowed` list now tells
-///   the donor's rebuild).
+///   the donor's rebuild). Once each borrow step waited for a replica (two
+///   more steps), the seed took another path and found another break:
+///   u1's twin copy skipped shard 0 (lost) and took shard 1's unit, its
+///   answer arriving after its caller gave up; after shard 0's rebuild the
+///   retry took shard 0's unit and was told SUCCESS, and shard 1's grant,
+///   re-driven, took the ordinal first (a lost donor now ends the walk).
 /// - 101 (two shards, twin presses): u4, homed on shard 0, takes a unit of
 ///   shard 1; shard 0's node loses its data before the settle. The rebuilt
 ///   home knew nothing of u4's claim, so u4's retry heard SOLD_OUT while
@@ -87,13 +97,21 @@ async fn fixed_seeds_keep_every_promise_after_healing() {
 ///   heard the loss replayed and released nothing, so the device later
 ///   refused u4's third claim with two wins on it (a replayed loss now
 ///   gives the press's places back).
-const FINDINGS: &[u64] = &[15, 1, 24, 101, 145];
+/// - 192 (two shards, two release waves, node faults): u1, homed on shard
+///   1, presses before the first wave, finds the donor empty and settles
+///   BETWEEN_WAVES; shard 1's node fails over to a replica that held the
+///   reservation open, not the settle. The reconciler finished the borrow
+///   after the wave and settled it with shard 1's new unit: a coupon from
+///   a press told it had none (the settle now judges the home at the
+///   reservation's instant, as the takes judge the donors).
+const FINDINGS: &[u64] = &[15, 1, 24, 101, 145, 192];
 
 #[tokio::test]
 async fn seeds_that_once_broke_the_promise_keep_it_after_healing() {
+    let nodes = ReplicaSet::start();
     let mut failed = Vec::new();
     for &seed in FINDINGS {
-        let outcome = world::explore(seed).await;
+        let outcome = world::explore(seed, &nodes.primary.url()).await;
         if !outcome.violations.is_empty() {
             print_failure(&outcome);
             failed.push(seed);
@@ -109,6 +127,7 @@ fn env_u64(name: &str) -> Option<u64> {
 #[tokio::test]
 #[ignore = "make explore: a time-boxed search"]
 async fn search() {
+    let nodes = ReplicaSet::start();
     let started = Instant::now();
     let budget = Duration::from_secs(env_u64("EXPLORE_SECONDS").unwrap_or(600));
     let count = env_u64("EXPLORE_SCHEDULES");
@@ -124,7 +143,7 @@ async fn search() {
     let mut failures = Vec::new();
     let mut seed = first;
     loop {
-        let outcome = world::explore(seed).await;
+        let outcome = world::explore(seed, &nodes.primary.url()).await;
         schedules += 1;
         steps += outcome.steps;
         for (k, v) in &outcome.faults {

@@ -29,7 +29,8 @@ use tokio::task::JoinHandle;
 
 use super::actors::{entrant_actor, issuer_actor, reconciler_actor, twin_actor, user_actor};
 use super::gated::{Gate, GatedLedger, GatedPublisher, GatedRisk};
-use super::heal::{fault, heal, judge};
+use super::heal::{fault, heal, judge, node_fault};
+use super::nodes::Nodes;
 use super::sched::{ActorId, Rng, Scheduler};
 use crate::support::{Harness, Options};
 
@@ -170,6 +171,8 @@ pub(super) struct World {
     /// What the judge finds while the schedule runs (a refusal no rule
     /// allowed at its instant).
     pub(super) seen: Mutex<Vec<String>>,
+    /// The shards' nodes: their replicas and snapshots.
+    pub(super) nodes: Arc<Nodes>,
 }
 
 /// A win's send budget, as deployed (`GRANT_SEND_BUDGET_MS`).
@@ -202,6 +205,7 @@ impl World {
             actor,
             who,
             clock: self.h.clock.clone(),
+            nodes: self.nodes.clone(),
         }
     }
 
@@ -307,9 +311,13 @@ impl World {
             }
             let log = log.lock().unwrap();
             won += log.finals.values().filter(|f| f.starts_with("SUCCESS")).count() as u32;
-            if v != user && !log.to_press.is_empty() {
-                pressing += 1;
-            }
+            // Every undecided press on the device may hold a place there,
+            // the user's own other presses included; the refused one not.
+            pressing += log
+                .to_press
+                .iter()
+                .filter(|r| v != user || r.as_str() != request)
+                .count() as u32;
         }
         if won + pressing < self.claims_per_device {
             self.seen.lock().unwrap().push(format!(
@@ -356,9 +364,14 @@ impl World {
 
 /// One seed's schedule, judged. Its actors are tasks of one thread (a
 /// `LocalSet`): the scheduler runs one step at a time anyway.
-pub async fn explore(seed: u64) -> Outcome {
+///
+/// `redis_url` is a primary with a replica in sync: every win, borrow step
+/// and re-drive waits for the replica's acknowledgement as deployed
+/// (`REDIS_REPLICA_ACKS=1`), so the fence (`lua/fence.lua`) runs, and the
+/// failovers of `nodes.rs` meet it.
+pub async fn explore(seed: u64, redis_url: &str) -> Outcome {
     let local = tokio::task::LocalSet::new();
-    let run = local.run_until(schedule(seed));
+    let run = local.run_until(schedule(seed, redis_url));
     match tokio::time::timeout(std::time::Duration::from_secs(180), run).await {
         Ok(outcome) => outcome,
         Err(_) => Outcome {
@@ -369,11 +382,13 @@ pub async fn explore(seed: u64) -> Outcome {
     }
 }
 
-async fn schedule(seed: u64) -> Outcome {
+async fn schedule(seed: u64, redis_url: &str) -> Outcome {
     let mut rng = Rng::new(seed);
     let shape = Shape::draw(&mut rng);
     let h = Harness::with(Options {
         risk: shape.risk(),
+        redis_url: Some(redis_url.to_owned()),
+        replica_acks: 1,
         ..Options::without_ip_limit()
     })
     .await;
@@ -393,6 +408,7 @@ async fn schedule(seed: u64) -> Outcome {
         def.rollover = shape.rollover;
     }
     h.create(&def).await;
+    let nodes = Arc::new(Nodes::new(h.redis.clone(), def.coupon_id.clone(), def.shards).await);
     let lottery = if shape.entrants.is_empty() {
         None
     } else {
@@ -426,6 +442,7 @@ async fn schedule(seed: u64) -> Outcome {
         devices: shape.devices.clone(),
         claims_per_device: shape.device_limits.1,
         seen: Mutex::new(Vec::new()),
+        nodes,
     });
     let mut outcome = Outcome {
         seed,
@@ -477,10 +494,23 @@ async fn schedule(seed: u64) -> Outcome {
         .unwrap()
         .insert(reconciler, (Role::Reconciler, reconciler_task));
 
+    // The nodes' faults (failovers, restarts from snapshots, a message
+    // delivered twice) come from a stream of their own, in half the seeds:
+    // a seed without them replays the schedule it had before they existed.
+    let mut node_rng = Rng::new(seed.rotate_left(17) ^ 0x0DE5_FA17);
+    let node_faults = node_rng.chance(50);
+    if node_faults {
+        sched.tell("the shards' nodes may fail over or restart from a snapshot; SQS may deliver twice".into());
+    }
+
     // The schedule: a step at a time, a fault now and then between two.
     while let Some(chosen) = sched.pick(&mut rng).await {
         outcome.steps += 1;
         world.h.clock.advance(rng.between(0, 40));
+        if node_faults && node_rng.chance(shape.fault_percent) {
+            let fault = node_fault(&world, &mut node_rng).await;
+            *outcome.faults.entry(fault).or_default() += 1;
+        }
         if rng.chance(shape.fault_percent) {
             let fault = fault(&world, &mut rng, chosen.actor).await;
             *outcome.faults.entry(fault.clone()).or_default() += 1;

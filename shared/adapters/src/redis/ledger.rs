@@ -4,15 +4,16 @@
 use async_trait::async_trait;
 use coupon_domain::error::StoreError;
 use coupon_domain::grab::ports::{
-    BorrowEnd, Claim, ClaimReply, ClaimStep, EntryReply, Peek, PeekReply, Recorded, StockLedger, TakeReply,
+    BorrowEnd, Claim, ClaimReply, ClaimStep, Decision, EntryReply, Peek, PeekReply, Recorded, StockLedger, TakeReply,
 };
 use coupon_domain::ids::CouponId;
 use coupon_domain::outcome::{Rejection, RiskReason};
-use redis::AsyncCommands;
+use redis::{AsyncCommands, ErrorKind, ServerErrorKind};
+use tracing::warn;
 
 use super::conn::{protocol, unavailable, Redis};
 use super::records::{encode_win, parse_recorded, parse_win};
-use super::scripts::{evalsha, number, run, ENTER, GRAB, PEEK, SETTLE, TAKE};
+use super::scripts::{evalsha, number, run, ENTER, FENCE, GRAB, PEEK, SETTLE, TAKE};
 
 /// How long a shard's WAIT fence outlives its last win: long enough to
 /// never be written and gone in one pipeline, short enough that a sale's
@@ -216,9 +217,12 @@ impl StockLedger for RedisLedger {
         record.map(|r| parse_recorded("GET request", &r)).transpose()
     }
 
-    async fn replicated(&self, coupon: &CouponId, shard: u32) -> Result<bool, StoreError> {
+    async fn replicated(&self, coupon: &CouponId, shard: u32, decision: Decision<'_>) -> Result<bool, StoreError> {
         let wanted = self.redis.replica_acks;
         if wanted == 0 {
+            // No replica vouches for anything: a failover may lose any win
+            // (the setting's documented cost), so checking the node for the
+            // decision would buy nothing for its round trip.
             return Ok(true);
         }
         // WAIT counts the replicas that acknowledged the connection's own
@@ -229,24 +233,62 @@ impl StockLedger for RedisLedger {
         // stored win on a fresh instance, a concurrent duplicate, the
         // sold-out memory's replay), so the pipeline writes first: the
         // fence is on this shard after every write the shard has taken,
-        // the win included, and a replica that acknowledges it holds them
-        // all. Being keyed, the fence also routes the pipeline to the node
-        // that owns the shard's slot on a cluster.
-        let mut conn = self.redis.conn.clone();
-        let (acked,): (i64,) = redis::pipe()
-            .cmd("SET")
-            .arg(self.redis.keys.shard(coupon, shard).fence())
-            .arg(1)
-            .arg("PX")
-            .arg(FENCE_TTL_MS)
-            .ignore()
+        // the decision included, and a replica that acknowledges it holds
+        // them all. The fence is written only where the decision is
+        // (`lua/fence.lua`): after a failover the pipeline reaches the
+        // promoted replica, which may never have had it. Being keyed, the
+        // fence also routes the pipeline to the node that owns the shard's
+        // slot on a cluster.
+        let k = self.redis.keys.shard(coupon, shard);
+        let (keys, args): (Vec<String>, Vec<String>) = match decision {
+            Decision::Won { user, request, record } => (
+                vec![k.fence(), k.request(user, request)],
+                vec!["record".into(), encode_win(record)],
+            ),
+            Decision::Reserved { user, request } => (vec![k.fence(), k.request(user, request)], vec!["exists".into()]),
+            Decision::Took { user, record } => (
+                vec![k.fence(), k.taken()],
+                vec![
+                    "field".into(),
+                    format!("{}:{}", record.ordinal, user.as_str()),
+                    encode_win(record),
+                ],
+            ),
+            Decision::Pending(record) => (
+                vec![k.fence(), k.outbox(), k.borrowed()],
+                vec![
+                    "pending".into(),
+                    format!("{}-0", record.grant_id.seq()),
+                    record.grant_id.as_str().to_owned(),
+                ],
+            ),
+            Decision::Writes => (vec![k.fence(), k.fence()], vec!["writes".into()]),
+        };
+        let mut fence = evalsha(&FENCE, keys.len());
+        fence.arg(&keys).arg(FENCE_TTL_MS).arg(&args);
+        let mut pipe = redis::pipe();
+        pipe.add_command(fence)
             .cmd("WAIT")
             .arg(wanted)
-            .arg(self.redis.replica_ack_timeout_ms)
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        Ok(acked >= i64::from(wanted))
+            .arg(self.redis.replica_ack_timeout_ms);
+        let mut conn = self.redis.conn.clone();
+        let replies: Vec<i64> = match pipe.query_async(&mut conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                FENCE.load_async(&mut conn).await.map_err(unavailable)?;
+                pipe.query_async(&mut conn).await
+            }
+            other => other,
+        }
+        .map_err(unavailable)?;
+        if replies.first() != Some(&1) {
+            warn!(
+                shard,
+                ?decision,
+                "the shard's node does not hold the decision (a failover since?); nothing vouched"
+            );
+            return Ok(false);
+        }
+        Ok(replies.get(1).is_some_and(|&acked| acked >= i64::from(wanted)))
     }
 }
 

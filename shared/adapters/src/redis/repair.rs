@@ -14,7 +14,7 @@ use redis::AsyncCommands;
 use super::conn::{protocol, unavailable, Redis};
 use super::preheat::meta_fields;
 use super::records::encode_win;
-use super::scripts::{number, BUMP_EPOCH, DROP_IF_BEHIND, RESTORE_REQUESTS, RESTORE_USERS, VERIFY};
+use super::scripts::{number, BUMP_EPOCH, DROP_IF_BEHIND, RESTORE_HASH, RESTORE_REQUESTS, VERIFY};
 
 /// [`StockRepair`] on Redis.
 #[derive(Clone)]
@@ -153,12 +153,27 @@ impl StockRepair for RedisRepair {
         units: ShardUnits,
         seq_base: u64,
         holders: &[(UserId, Vec<Held>)],
+        taken: &[(UserId, GrantRecord)],
         now_ms: i64,
     ) -> Result<bool, StoreError> {
         let def = &coupon.definition;
         let k = self.redis.keys.shard(&def.coupon_id, shard);
+        for chunk in taken.chunks(500) {
+            let mut invocation = RESTORE_HASH.key(k.meta());
+            invocation.key(k.taken());
+            for (user, record) in chunk {
+                invocation
+                    .arg(format!("{}:{}", record.ordinal, user.as_str()))
+                    .arg(encode_win(record));
+            }
+            let mut conn = self.redis.conn.clone();
+            let reply: String = invocation.invoke_async(&mut conn).await.map_err(unavailable)?;
+            if reply == "EXISTS" {
+                return Ok(false);
+            }
+        }
         for chunk in holders.chunks(500) {
-            let mut invocation = RESTORE_USERS.key(k.meta());
+            let mut invocation = RESTORE_HASH.key(k.meta());
             invocation.key(k.users());
             for (user, held) in chunk {
                 invocation.arg(user.as_str()).arg(held.len());

@@ -31,14 +31,14 @@ pub(super) static TAKE: LazyLock<Script> = lua!("take.lua");
 pub(super) static SETTLE: LazyLock<Script> = lua!("settle.lua");
 pub(super) static PREHEAT: LazyLock<Script> = lua!("preheat.lua");
 pub(super) static VERIFY: LazyLock<Script> = lua!("verify.lua");
+pub(super) static FENCE: LazyLock<Script> = lua!("fence.lua");
 pub(super) static RISK_USER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/risk_reserve_user.lua")));
 pub(super) static RISK_IP: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/risk_reserve_ip.lua")));
 pub(super) static RISK_DEVICE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/risk_reserve_device.lua")));
-pub(super) static RESTORE_USERS: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../../lua/restore_users.lua")));
+pub(super) static RESTORE_HASH: LazyLock<Script> = lua!("restore_hash.lua");
 pub(super) static RESTORE_REQUESTS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/restore_requests.lua")));
 pub(super) static BUMP_EPOCH: LazyLock<Script> =

@@ -209,11 +209,58 @@ pub trait StockLedger: Send + Sync {
     async fn remember_entry(&self, ask: &Peek<'_>, at_ms: i64) -> Result<(), StoreError>;
     /// Reads the stored outcome of a request id without changing anything.
     async fn recorded(&self, claim: &Claim<'_>) -> Result<Option<Recorded>, StoreError>;
-    /// True once the configured number of replicas hold every write made so
-    /// far on `shard` (a win's record, stock and outbox entry), whichever
-    /// connection or instance made it, so a failover to a replica cannot
-    /// roll the decision back. Always true when no replica is required.
-    async fn replicated(&self, coupon: &CouponId, shard: u32) -> Result<bool, StoreError>;
+    /// True once the node that owns `shard` holds `decision` and the
+    /// configured number of replicas hold every write made so far on it
+    /// (the decision's record, stock and outbox entry), whichever
+    /// connection or instance made them, so a failover to a replica cannot
+    /// roll the decision back. False if a replica did not acknowledge in
+    /// time, or if the node no longer holds the decision: a failover
+    /// between the decision and this call promoted a replica without it,
+    /// and acknowledging that node's writes would vouch for a decision it
+    /// never had. Either way the caller acts on nothing, and a retry
+    /// decides again on the node there is. Always true when no replica is
+    /// required (a failover may then lose any decision).
+    async fn replicated(&self, coupon: &CouponId, shard: u32, decision: Decision<'_>) -> Result<bool, StoreError>;
+}
+
+/// What a replica's acknowledgement vouches for: the decision the caller
+/// acts on next (tells a user, takes a unit for, sends to the issuer),
+/// which the node that answers must still hold.
+#[derive(Debug, Clone, Copy)]
+pub enum Decision<'a> {
+    /// The request's record on its home shard is this grant: a win, its
+    /// replay, or a donor's grant a settle stored.
+    Won {
+        /// Who won.
+        user: &'a UserId,
+        /// The request that won.
+        request: &'a RequestId,
+        /// The grant its record holds.
+        record: &'a GrantRecord,
+    },
+    /// The request has a record on its home shard: a borrow's reservation,
+    /// or whatever settled it since (a take for a claim the home forgot
+    /// would be a unit nobody counts).
+    Reserved {
+        /// Whose press.
+        user: &'a UserId,
+        /// The press.
+        request: &'a RequestId,
+    },
+    /// The donor's take for the user's claim `record.ordinal` is this unit.
+    Took {
+        /// The borrower.
+        user: &'a UserId,
+        /// The unit the donor gave.
+        record: &'a GrantRecord,
+    },
+    /// The grant is on its way from this node (a re-drive): its shard's
+    /// outbox lists it, or, on the home of a borrow whose donor lost it,
+    /// the home's list of borrowed grants does.
+    Pending(&'a GrantRecord),
+    /// Every write the shard took so far, with no decision to check (the
+    /// home shard of a re-driven grant, whose claim a borrow counted).
+    Writes,
 }
 
 /// What a risk reservation took, so that exactly that can be given back.

@@ -9,7 +9,7 @@ use crate::grant::GrantRecord;
 use crate::metrics::Metric;
 use crate::outcome::GrabOutcome;
 
-use super::ports::Claim;
+use super::ports::{Claim, Decision};
 use super::{GrabError, GrabRequest, GrabService};
 
 impl GrabService {
@@ -25,13 +25,28 @@ impl GrabService {
     ) -> Result<GrabOutcome, GrabError> {
         let home = claim.home_shard;
         // The request's record lives on the home shard, the unit and its
-        // outbox entry on the shard it came from: both must be on a replica.
-        let mut shards = vec![home];
+        // outbox entry on the shard it came from: both must be on a replica,
+        // and on the node that answers (a failover since the decision may
+        // have promoted a replica without it).
+        let mut checks = vec![(
+            home,
+            Decision::Won {
+                user: &req.user,
+                request: &req.request,
+                record: &rec,
+            },
+        )];
         if rec.shard != home {
-            shards.push(rec.shard);
+            checks.push((
+                rec.shard,
+                Decision::Took {
+                    user: &req.user,
+                    record: &rec,
+                },
+            ));
         }
-        for shard in shards {
-            if !self.ledger.replicated(&req.coupon, shard).await? {
+        for (shard, decision) in checks {
+            if !self.ledger.replicated(&req.coupon, shard, decision).await? {
                 warn!(
                     shard,
                     "win not acknowledged by a replica in time; the caller hears BUSY and retries"

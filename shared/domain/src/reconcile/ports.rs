@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use crate::barrier::{Barrier, BarrierRecord};
 use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::{PublishError, StoreError};
-use crate::grant::Grant;
+use crate::grant::{Grant, GrantRecord};
 use crate::ids::{CouponId, GrantId, RequestId, UserId};
 use crate::user_coupon::{Held, Holdings, RejectReason};
 
@@ -165,7 +165,11 @@ pub trait StockRepair: Send + Sync {
     /// homed on this shard) first, then its definition (at its stored
     /// version, so an older change can never be applied over it) and
     /// its [`ShardUnits`], which reopen it. Never touches a shard that has state.
+    /// `taken` are the units this shard gave borrows that DynamoDB holds
+    /// (the user and the grant), written back as the shard's takes, so a
+    /// borrow still open replays its unit instead of taking a second one.
     /// `Ok(false)` if the shard had state (another run rebuilt it).
+    #[allow(clippy::too_many_arguments)]
     async fn restore_shard(
         &self,
         coupon: &StoredCoupon,
@@ -173,6 +177,7 @@ pub trait StockRepair: Send + Sync {
         units: ShardUnits,
         seq_base: u64,
         holders: &[(UserId, Vec<Held>)],
+        taken: &[(UserId, GrantRecord)],
         now_ms: i64,
     ) -> Result<bool, StoreError>;
     /// Drops a shard's state (stock, counts, outbox, borrows) if its grant

@@ -9,9 +9,9 @@ use tracing::warn;
 
 use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::StoreError;
-use crate::grab::ports::{BorrowEnd, Claim, Recorded};
+use crate::grab::ports::{BorrowEnd, Claim, Decision, Recorded};
 use crate::grab::{finish_borrow, home_shard};
-use crate::grant::Grant;
+use crate::grant::{Grant, GrantRecord};
 use crate::ids::{CouponId, UserId};
 use crate::live::ShardApply;
 use crate::user_coupon::{Held, Holdings};
@@ -64,33 +64,31 @@ impl Reconciler {
         r: &mut CouponReport,
         now: i64,
     ) {
-        let mut acked: HashMap<u32, bool> = HashMap::new();
+        // Per shard: still current (checked once a pass).
+        let mut current: HashMap<u32, bool> = HashMap::new();
         let mut kept = 0;
         let mut sendable = Vec::with_capacity(grants.len());
         for grant in grants.drain(..) {
-            let mut ok = true;
-            for shard in [grant.shard, home_shard(&grant.user_id, def.shards)] {
-                let held = match acked.get(&shard) {
-                    Some(&held) => held,
-                    None => {
-                        let held = match self.ports.ledger.replicated(&def.coupon_id, shard).await {
-                            Ok(held) => held,
-                            Err(e) => {
-                                warn!(shard, error = %e, "replica acknowledgement unknown; re-drive waits");
-                                false
-                            }
-                        };
-                        let held = held
-                            && matches!(
-                                self.ports.repair.verify(&def.coupon_id, shard, now, None).await,
-                                Ok(Verification::Current)
-                            );
-                        acked.insert(shard, held);
-                        held
-                    }
-                };
-                ok &= held;
-            }
+            let home = home_shard(&grant.user_id, def.shards);
+            // The grant itself must be on the node that answers: the pass
+            // read the outbox before, and a failover since may have promoted
+            // a replica that never had it (and sells its unit again).
+            let record = GrantRecord::of(&grant);
+            let pending = Decision::Pending(&record);
+            let on_unit = self.acknowledged(def, grant.shard, pending, &mut current, now).await;
+            let ok = if home == grant.shard {
+                on_unit
+            } else if on_unit {
+                // A borrow's: the home's writes hold the claim it counted.
+                self.acknowledged(def, home, Decision::Writes, &mut current, now).await
+            } else {
+                // Its donor lost it: the home's list of borrowed grants
+                // holds it, and the donor is back (rebuilt, not counting it).
+                self.acknowledged(def, home, pending, &mut current, now).await
+                    && self
+                        .acknowledged(def, grant.shard, Decision::Writes, &mut current, now)
+                        .await
+            };
             if ok {
                 sendable.push(grant);
             } else {
@@ -103,6 +101,36 @@ impl Reconciler {
                 "{kept} grant(s) not re-driven: no replica acknowledged their shard yet; the next run tries again"
             ));
         }
+    }
+
+    /// Whether `shard`'s node holds `decision` and a replica acknowledged
+    /// it, and the shard is still current (its server did not restart
+    /// since it was checked; asked once per shard and pass).
+    async fn acknowledged(
+        &self,
+        def: &CouponDefinition,
+        shard: u32,
+        decision: Decision<'_>,
+        current: &mut HashMap<u32, bool>,
+        now: i64,
+    ) -> bool {
+        match self.ports.ledger.replicated(&def.coupon_id, shard, decision).await {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err(e) => {
+                warn!(shard, error = %e, "replica acknowledgement unknown; re-drive waits");
+                return false;
+            }
+        }
+        if let Some(&known) = current.get(&shard) {
+            return known;
+        }
+        let known = matches!(
+            self.ports.repair.verify(&def.coupon_id, shard, now, None).await,
+            Ok(Verification::Current)
+        );
+        current.insert(shard, known);
+        known
     }
 
     pub(super) async fn finish_stale_borrow(
@@ -302,6 +330,7 @@ impl Reconciler {
         let left: Vec<Option<u64>> = missing.iter().map(|&s| wave_left(def, s, holdings, now)).collect();
         for (&shard, units) in missing.iter().zip(figures::split_rebuild(restorable, &held, &left)) {
             let holders = holders_of(def, shard, holdings, pending);
+            let taken = taken_from(def, shard, holdings);
             // New grant ids start at the current time in ms: far above any
             // sequence the lost shard minted since it was created, and small
             // enough (13 digits) that Lua's `%.14g` number formatting keeps
@@ -313,7 +342,7 @@ impl Reconciler {
             if self
                 .ports
                 .repair
-                .restore_shard(latest, shard, units, seq_base, &holders, now)
+                .restore_shard(latest, shard, units, seq_base, &holders, &taken, now)
                 .await?
             {
                 // The state starts at `seq_base`: any older one (a snapshot
@@ -353,6 +382,27 @@ fn holders_of(def: &CouponDefinition, shard: u32, holdings: &Holdings, pending: 
         }
     }
     holders.into_iter().collect()
+}
+
+/// The units `shard` gave borrows that DynamoDB holds: issued grants of
+/// this shard to users homed elsewhere. A borrow whose home still holds
+/// its reservation open (its caller died after the take, and the grant was
+/// re-driven) finds its unit again when it resumes on the rebuilt donor,
+/// where it would otherwise take a second unit for the same claim, one of
+/// which the issuer then refuses (`ORDINAL_TAKEN`) after its user was told.
+fn taken_from(def: &CouponDefinition, shard: u32, holdings: &Holdings) -> Vec<(UserId, GrantRecord)> {
+    let mut taken: Vec<(UserId, GrantRecord)> = holdings
+        .iter()
+        .filter(|(user, _)| home_shard(user, def.shards) != shard)
+        .flat_map(|(user, held)| {
+            held.iter()
+                .filter_map(|h| h.outcome.as_ref())
+                .filter(|(_, record)| record.grant_id.shard() == shard)
+                .map(move |(_, record)| (user.clone(), record.clone()))
+        })
+        .collect();
+    taken.sort_by(|a, b| a.1.grant_id.as_str().cmp(b.1.grant_id.as_str()));
+    taken
 }
 
 /// Without rollover, what the wave out now has left on lost shard `shard`:

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use crate::clock::ManualClock;
 use crate::error::{PublishError, StoreError};
 use crate::grab::ports::{
-    BorrowEnd, Claim, ClaimReply, ClaimStep, CouponCatalog, EntryReply, GrantPublisher, Peek, PeekReply, Recorded,
-    RepairRequests, RiskDecision, RiskGuard, RiskHold, StockLedger, TakeReply,
+    BorrowEnd, Claim, ClaimReply, ClaimStep, CouponCatalog, Decision, EntryReply, GrantPublisher, Peek, PeekReply,
+    Recorded, RepairRequests, RiskDecision, RiskGuard, RiskHold, StockLedger, TakeReply,
 };
 use crate::grant::Grant;
 use crate::ids::{ClientIp, CouponId, DeviceId, UserId};
@@ -113,7 +113,7 @@ impl StockLedger for ScriptedLedger {
         self.log(format!("stock:{shard}"));
         Ok(self.stocks.get(&shard).copied().unwrap_or(0))
     }
-    async fn replicated(&self, _: &CouponId, shard: u32) -> Result<bool, StoreError> {
+    async fn replicated(&self, _: &CouponId, shard: u32, _: Decision<'_>) -> Result<bool, StoreError> {
         self.log(format!("replicated:{shard}"));
         if let Some((clock, ms)) = &self.slow_replica {
             clock.advance(*ms);

@@ -38,6 +38,9 @@ pub struct ShardState {
     pub users: Vec<(UserId, u32)>,
     /// Request outcomes (set by a restore): who, which request, what it won.
     pub outcomes: Vec<(UserId, (RequestId, GrantRecord))>,
+    /// Takes restored by a rebuild: the user and the unit this shard gave
+    /// their borrow, as DynamoDB holds it.
+    pub taken: Vec<(UserId, GrantRecord)>,
     /// The shard's grant sequence (the last one minted).
     pub seq: u64,
     /// Its server restarted since it was verified (`Some`), and since when
@@ -140,6 +143,7 @@ impl StockRepair for MemoryShards {
         units: ShardUnits,
         seq_base: u64,
         holders: &[(UserId, Vec<Held>)],
+        taken: &[(UserId, GrantRecord)],
         _now_ms: i64,
     ) -> Result<bool, StoreError> {
         let mut shards = self.shards.lock().unwrap();
@@ -157,6 +161,7 @@ impl StockRepair for MemoryShards {
                     .iter()
                     .flat_map(|(u, held)| held.iter().filter_map(|h| h.outcome.clone()).map(|o| (u.clone(), o)))
                     .collect(),
+                taken: taken.to_vec(),
                 version: coupon.version,
                 status: Some(coupon.definition.status),
                 seq: seq_base,

@@ -4,28 +4,48 @@
 
 use super::*;
 
+/// A ledger that reserves a borrow (the press's first claim, ordinal 1) on
+/// the home shard of a coupon over `shards`; the donors answer as scripted.
+fn borrowing(shards: u32) -> ScriptedLedger {
+    ScriptedLedger {
+        shards,
+        claim: Some(ClaimReply::Borrow {
+            ordinal: 1,
+            at_ms: 1_000,
+        }),
+        ..Default::default()
+    }
+}
+
+/// The press stays undecided for its retry: nothing sent, and the risk
+/// hold it took kept.
+fn assert_undecided(w: &World) {
+    assert!(w.queue.sent.lock().unwrap().is_empty(), "nothing sent");
+    assert_eq!(
+        *w.risk.released.lock().unwrap(),
+        0,
+        "undecided: the hold stays for the retry"
+    );
+}
+
+/// A press's world on `ledger`, with the risk rules allowing and SQS up.
+fn borrow_world(ledger: ScriptedLedger) -> World {
+    world(ledger, FakeRisk::allowing(), FakeQueue::default())
+}
+
 #[tokio::test]
 async fn a_borrow_visits_donors_in_order_from_home_and_stops_at_the_first_win() {
     let user = "borrower";
     let home = home_shard(&UserId::parse(user).unwrap(), 4);
     let first_donor = (home + 1) % 4;
     let second_donor = (home + 2) % 4;
-    let w = world(
-        ScriptedLedger {
-            shards: 4,
-            claim: Some(ClaimReply::Borrow {
-                ordinal: 1,
-                at_ms: 1_000,
-            }),
-            takes: HashMap::from([(
-                second_donor,
-                TakeReply::Won(record(&format!("c-{second_donor}-1"), second_donor)),
-            )]),
-            ..Default::default()
-        },
-        FakeRisk::allowing(),
-        FakeQueue::default(),
-    );
+    let w = borrow_world(ScriptedLedger {
+        takes: HashMap::from([(
+            second_donor,
+            TakeReply::Won(record(&format!("c-{second_donor}-1"), second_donor)),
+        )]),
+        ..borrowing(4)
+    });
     let outcome = w.service.grab(&request(user)).await.unwrap();
     assert!(matches!(outcome, GrabOutcome::Won { .. }));
     assert_eq!(
@@ -33,8 +53,10 @@ async fn a_borrow_visits_donors_in_order_from_home_and_stops_at_the_first_win() 
         vec![
             "admit".to_string(),
             "claim".to_string(),
+            format!("replicated:{home}"),
             format!("take:{first_donor}"),
             format!("take:{second_donor}"),
+            format!("replicated:{second_donor}"),
             "settle".into(),
             format!("replicated:{home}"),
             format!("replicated:{second_donor}"),
@@ -49,25 +71,16 @@ async fn a_borrow_that_finds_the_coupon_closed_takes_nothing_and_says_why() {
     let home = home_shard(&UserId::parse(user).unwrap(), 4);
     let first_donor = (home + 1) % 4;
     let second_donor = (home + 2) % 4;
-    let w = world(
-        ScriptedLedger {
-            shards: 4,
-            claim: Some(ClaimReply::Borrow {
-                ordinal: 1,
-                at_ms: 1_000,
-            }),
-            takes: HashMap::from([
-                (first_donor, TakeReply::Closed(Rejection::Offline)),
-                (
-                    second_donor,
-                    TakeReply::Won(record(&format!("c-{second_donor}-1"), second_donor)),
-                ),
-            ]),
-            ..Default::default()
-        },
-        FakeRisk::allowing(),
-        FakeQueue::default(),
-    );
+    let w = borrow_world(ScriptedLedger {
+        takes: HashMap::from([
+            (first_donor, TakeReply::Closed(Rejection::Offline)),
+            (
+                second_donor,
+                TakeReply::Won(record(&format!("c-{second_donor}-1"), second_donor)),
+            ),
+        ]),
+        ..borrowing(4)
+    });
     let outcome = w.service.grab(&request(user)).await.unwrap();
     assert!(
         matches!(
@@ -84,6 +97,7 @@ async fn a_borrow_that_finds_the_coupon_closed_takes_nothing_and_says_why() {
         vec![
             "admit".to_string(),
             "claim".to_string(),
+            format!("replicated:{home}"),
             format!("take:{first_donor}"),
             "settle".into()
         ],
@@ -119,10 +133,16 @@ async fn a_borrow_found_at_admission_is_resumed_and_gives_its_reservation_back_i
             replayed: true
         }
     );
-    let donor = 1 - home_shard(&UserId::parse("u").unwrap(), 2);
+    let home = home_shard(&UserId::parse("u").unwrap(), 2);
+    let donor = 1 - home;
     assert_eq!(
         w.ledger.calls(),
-        ["admit".to_string(), format!("take:{donor}"), "settle".into()]
+        [
+            "admit".to_string(),
+            format!("replicated:{home}"),
+            format!("take:{donor}"),
+            "settle".into()
+        ]
     );
     assert_eq!(
         *w.risk.reserved.lock().unwrap(),
@@ -206,54 +226,99 @@ async fn a_borrow_that_meets_a_lost_donor_shard_is_busy_and_stamps_nothing() {
     let user = "borrower";
     let home = home_shard(&UserId::parse(user).unwrap(), 2);
     let donor = (home + 1) % 2;
-    let w = world(
-        ScriptedLedger {
-            shards: 2,
-            claim: Some(ClaimReply::Borrow {
-                ordinal: 1,
-                at_ms: 1_000,
-            }),
-            takes: HashMap::from([(donor, TakeReply::Missing)]),
-            ..Default::default()
-        },
-        FakeRisk::allowing(),
-        FakeQueue::default(),
-    );
+    let w = borrow_world(ScriptedLedger {
+        takes: HashMap::from([(donor, TakeReply::Missing)]),
+        ..borrowing(2)
+    });
     let outcome = w.service.grab(&request(user)).await;
     assert!(matches!(outcome, Err(GrabError::Unavailable(_))), "{outcome:?}");
     assert_eq!(
         w.ledger.calls(),
-        vec!["admit".to_owned(), "claim".to_owned(), format!("take:{donor}")],
+        vec![
+            "admit".to_owned(),
+            "claim".to_owned(),
+            format!("replicated:{home}"),
+            format!("take:{donor}")
+        ],
         "no settle: no SOLD_OUT stamp"
     );
     assert_eq!(w.metrics.total("ShardMissing"), 1);
-    assert_eq!(
-        *w.risk.released.lock().unwrap(),
-        0,
-        "undecided: the hold stays for the retry"
-    );
+    assert_undecided(&w);
 }
 
+/// A lost donor may have given this claim its unit before the loss, and
+/// may hold stock once rebuilt: a walk that went past it to the next donor
+/// could take a second unit for the same claim (the retry, after the
+/// rebuild, takes from the first donor again). So the walk stops there.
 #[tokio::test]
-async fn a_borrowed_win_waits_for_the_home_and_the_donor_shard() {
+async fn a_borrow_takes_nothing_past_a_lost_donor_even_where_a_later_donor_has_stock() {
+    let user = "borrower";
+    let home = home_shard(&UserId::parse(user).unwrap(), 3);
+    let lost = (home + 1) % 3;
+    let stocked = (home + 2) % 3;
+    let w = borrow_world(ScriptedLedger {
+        takes: HashMap::from([
+            (lost, TakeReply::Missing),
+            (stocked, TakeReply::Won(record(&format!("c-{stocked}-1"), stocked))),
+        ]),
+        ..borrowing(3)
+    });
+    let outcome = w.service.grab(&request(user)).await;
+    assert!(matches!(outcome, Err(GrabError::Unavailable(_))), "{outcome:?}");
+    let calls = w.ledger.calls();
+    assert!(!calls.contains(&format!("take:{stocked}")), "{calls:?}");
+    assert_undecided(&w);
+}
+
+/// The home's reservation must survive whatever the donor's unit survives:
+/// with no replica holding it, a failover of the home would forget the
+/// claim while the donor keeps the unit given for it. So nothing is taken
+/// until a replica acknowledges the reservation; the press is BUSY and its
+/// retry resumes the borrow.
+#[tokio::test]
+async fn a_borrow_takes_nothing_from_a_donor_until_a_replica_holds_its_reservation() {
     let user = "borrower";
     let home = home_shard(&UserId::parse(user).unwrap(), 2);
     let donor = (home + 1) % 2;
-    let w = world(
-        ScriptedLedger {
-            shards: 2,
-            claim: Some(ClaimReply::Borrow {
-                ordinal: 1,
-                at_ms: 1_000,
-            }),
-            takes: HashMap::from([(donor, TakeReply::Won(record(&format!("c-{donor}-1"), donor)))]),
-            ..Default::default()
-        },
-        FakeRisk::allowing(),
-        FakeQueue::default(),
+    let w = borrow_world(ScriptedLedger {
+        takes: HashMap::from([(donor, TakeReply::Won(record(&format!("c-{donor}-1"), donor)))]),
+        unreplicated: true,
+        ..borrowing(2)
+    });
+    let outcome = w.service.grab(&request(user)).await;
+    assert!(matches!(outcome, Err(GrabError::Unavailable(_))), "{outcome:?}");
+    assert_eq!(
+        w.ledger.calls(),
+        vec!["admit".to_owned(), "claim".to_owned(), format!("replicated:{home}")],
+        "no take, no settle: the reservation stays open for the retry"
     );
+    assert_eq!(w.metrics.total("GrantNotReplicated"), 1);
+    assert_undecided(&w);
+}
+
+/// And the home records a donor's unit only once a replica of the donor
+/// holds the take: a donor that failed over without it would sell the unit
+/// again while the home's record replayed it to the user.
+#[tokio::test]
+async fn a_borrow_settles_a_donors_unit_only_once_a_replica_of_the_donor_holds_the_take() {
+    let user = "borrower";
+    let home = home_shard(&UserId::parse(user).unwrap(), 2);
+    let donor = (home + 1) % 2;
+    let w = borrow_world(ScriptedLedger {
+        takes: HashMap::from([(donor, TakeReply::Won(record(&format!("c-{donor}-1"), donor)))]),
+        ..borrowing(2)
+    });
     w.service.grab(&request(user)).await.unwrap();
     let calls = w.ledger.calls();
-    assert!(calls.contains(&format!("replicated:{home}")), "{calls:?}");
-    assert!(calls.contains(&format!("replicated:{donor}")), "{calls:?}");
+    let at = |call: &str| {
+        calls
+            .iter()
+            .position(|c| c == call)
+            .unwrap_or_else(|| panic!("{call} in {calls:?}"))
+    };
+    assert!(
+        at(&format!("replicated:{home}")) < at(&format!("take:{donor}")),
+        "{calls:?}"
+    );
+    assert!(at(&format!("replicated:{donor}")) < at("settle"), "{calls:?}");
 }

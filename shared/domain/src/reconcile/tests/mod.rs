@@ -8,7 +8,7 @@ use super::*;
 use crate::clock::ManualClock;
 use crate::coupon::CouponDefinition;
 use crate::coupon::CouponStatus;
-use crate::grant::Grant;
+use crate::grant::{Grant, GrantRecord};
 use crate::ids::GrantId;
 use crate::ids::UserId;
 use crate::ids::{CouponId, RequestId};

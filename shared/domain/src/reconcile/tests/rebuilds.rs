@@ -65,6 +65,40 @@ async fn a_rebuilt_donor_does_not_restore_a_unit_it_gave_to_a_borrow_settled_els
     assert!(w.shards.state(&def.coupon_id, 1).unwrap().borrowed.is_empty());
 }
 
+/// A borrow whose caller died after the donor's take, its grant re-driven
+/// and issued, the home's reservation still open; then the donor is lost.
+/// The rebuilt donor writes the take back from DynamoDB, so the borrow,
+/// resumed by a retry or a pass, replays that unit instead of taking a
+/// second one for the same claim (whose grant the issuer would refuse
+/// after its user was told SUCCESS).
+#[tokio::test]
+async fn a_rebuilt_donor_gives_back_the_unit_dynamodb_holds_to_a_borrow_still_open() {
+    let w = world();
+    let def = coupon(4, 2);
+    let homed = |shard: u32| {
+        (0..50)
+            .map(|i| format!("u{i}"))
+            .find(|u| crate::grab::home_shard(&UserId::parse(u).unwrap(), 2) == shard)
+            .unwrap()
+    };
+    let (borrower, local) = (homed(1), homed(0));
+    w.shards.put(&def.coupon_id, 1, 0);
+    let borrowed = grant(7, 0, &borrower, NOW - 90_000);
+    let own = grant(8, 0, &local, NOW - 90_000);
+    w.facts.issue(&borrowed);
+    w.facts.issue(&own);
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!(r.shards_rebuilt, 1);
+    let rebuilt = w.shards.state(&def.coupon_id, 0).expect("rebuilt");
+    assert_eq!(
+        rebuilt.taken,
+        vec![(UserId::parse(&borrower).unwrap(), GrantRecord::of(&borrowed))],
+        "the borrow's unit, and not the one its own user won"
+    );
+}
+
 /// A borrow's unit and its claim on two shards, the home lost after the
 /// donor gave the unit (the explorer's seed 101): the rebuilt home counts
 /// the user's claim and replays the win to their retry, instead of letting

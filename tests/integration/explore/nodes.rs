@@ -1,0 +1,186 @@
+//! The explorer's nodes: each shard of the sale on a node group of its own
+//! (the template's shape at its most adverse: a borrow's home and donor on
+//! different nodes), each with a replica and the snapshots it saves.
+//!
+//! One `redis-server` holds every shard, so a node's replica and its
+//! snapshots are images of the shard's keys (`DUMP` with their TTLs):
+//!
+//! - **The replica** holds what a replica acknowledged: the shard's image
+//!   is taken inside the step of every `WAIT` that answered (the ledger's
+//!   `replicated`, at the grab's send and the reconciler's re-drive), and
+//!   nothing after it, the most a replica may lag by. A *failover*
+//!   restores that image: the promoted replica continues the replication
+//!   history (its `run` stamp is the current one), so the shard sells at
+//!   once, as `lib.lua`'s `verified()` lets a promoted replica do.
+//! - **A snapshot** is an image saved at a step the seed picks. A
+//!   *restart* restores it on a new replication history (its `run` stamp
+//!   no longer matches and its `suspect` stamp is gone, as after a real
+//!   restart): the shard sells nothing until the reconciler's check.
+//!
+//! Not modelled: a node holding several shards (one `WAIT` acknowledging
+//! them together makes a failover lose less, never more), the risk keys'
+//! nodes (users', devices' limits are not rolled back), a replica ahead of
+//! its last acknowledgement (it loses less).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use coupon_adapters::redis::Redis;
+use coupon_domain::ids::CouponId;
+
+/// A shard's keys at one instant: `(key, ms to live or 0, DUMP payload)`.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Image(Vec<(String, i64, Vec<u8>)>);
+
+impl Image {
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The replicas and snapshots of one sale's shards.
+pub(super) struct Nodes {
+    redis: Redis,
+    coupon: CouponId,
+    /// What each shard's replica holds (its image at the last `WAIT`).
+    replica: Mutex<BTreeMap<u32, Image>>,
+    /// Each shard's last saved snapshot.
+    saved: Mutex<BTreeMap<u32, Image>>,
+}
+
+impl Nodes {
+    /// The sale's nodes, their replicas and snapshots holding the shards
+    /// as they are now (the sale was created and acknowledged).
+    pub(super) async fn new(redis: Redis, coupon: CouponId, shards: u32) -> Self {
+        let nodes = Self {
+            redis,
+            coupon,
+            replica: Mutex::new(BTreeMap::new()),
+            saved: Mutex::new(BTreeMap::new()),
+        };
+        for shard in 0..shards {
+            let image = nodes.image(shard).await;
+            nodes.replica.lock().unwrap().insert(shard, image.clone());
+            nodes.saved.lock().unwrap().insert(shard, image);
+        }
+        nodes
+    }
+
+    fn tag(&self, shard: u32) -> String {
+        let meta = self.redis.keys().shard(&self.coupon, shard).meta();
+        meta.trim_end_matches(":meta").to_owned()
+    }
+
+    async fn keys(&self, shard: u32) -> Vec<String> {
+        let mut conn = self.redis.connection();
+        redis::cmd("KEYS")
+            .arg(format!("{}*", self.tag(shard)))
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_default()
+    }
+
+    /// The shard's keys now.
+    async fn image(&self, shard: u32) -> Image {
+        let mut conn = self.redis.connection();
+        let mut keys = self.keys(shard).await;
+        keys.sort();
+        let mut image = Vec::with_capacity(keys.len());
+        for key in keys {
+            let ttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await.unwrap_or(-2);
+            let dump: Option<Vec<u8>> = redis::cmd("DUMP")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap_or(None);
+            if let (Some(dump), true) = (dump, ttl != -2) {
+                image.push((key, ttl.max(0), dump));
+            }
+        }
+        Image(image)
+    }
+
+    /// A replica acknowledged every write on `shard` so far (a `WAIT`
+    /// answered): it holds the shard as it is now.
+    pub(super) async fn acknowledged(&self, coupon: &CouponId, shard: u32) {
+        if coupon != &self.coupon {
+            return;
+        }
+        let image = self.image(shard).await;
+        self.replica.lock().unwrap().insert(shard, image);
+    }
+
+    /// The shard's node lost its data: its replica, resynchronising from
+    /// it, holds nothing either (an older snapshot may still be restored).
+    pub(super) fn lost(&self, shard: u32) {
+        self.replica.lock().unwrap().insert(shard, Image::default());
+    }
+
+    /// The shard's node saves a snapshot now.
+    pub(super) async fn save(&self, shard: u32) -> usize {
+        let image = self.image(shard).await;
+        let n = image.len();
+        self.saved.lock().unwrap().insert(shard, image);
+        n
+    }
+
+    /// The shard's node fails over to its replica: the shard becomes what
+    /// the replica holds, on the same replication history. The new
+    /// primary's replica starts from it. Keys written since are gone.
+    pub(super) async fn fail_over(&self, shard: u32) -> (usize, usize) {
+        let image = self.replica.lock().unwrap().get(&shard).cloned().unwrap_or_default();
+        let lost = self.replace(shard, &image).await;
+        (image.len(), lost)
+    }
+
+    /// The shard's node restarts from its last snapshot, on a new
+    /// replication history; its replica resynchronises from it.
+    pub(super) async fn restart(&self, shard: u32) -> (usize, usize) {
+        let image = self.saved.lock().unwrap().get(&shard).cloned().unwrap_or_default();
+        let lost = self.replace(shard, &image).await;
+        let meta = self.redis.keys().shard(&self.coupon, shard).meta();
+        let mut conn = self.redis.connection();
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&meta)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or(false);
+        if exists {
+            let _: Result<(), _> = redis::pipe()
+                .cmd("HSET")
+                .arg(&meta)
+                .arg("run")
+                .arg("restarted")
+                .ignore()
+                .cmd("HDEL")
+                .arg(&meta)
+                .arg("suspect")
+                .ignore()
+                .query_async(&mut conn)
+                .await;
+        }
+        self.replica.lock().unwrap().insert(shard, image.clone());
+        (image.len(), lost)
+    }
+
+    /// Makes the shard's keys exactly `image`; how many keys of now were
+    /// not in it.
+    async fn replace(&self, shard: u32, image: &Image) -> usize {
+        let mut conn = self.redis.connection();
+        let now = self.keys(shard).await;
+        let lost = now.iter().filter(|k| !image.0.iter().any(|(i, _, _)| i == *k)).count();
+        for key in &now {
+            let _: Result<(), _> = redis::cmd("DEL").arg(key).query_async(&mut conn).await;
+        }
+        for (key, ttl, dump) in &image.0 {
+            let _: Result<(), _> = redis::cmd("RESTORE")
+                .arg(key)
+                .arg(*ttl)
+                .arg(dump.as_slice())
+                .arg("REPLACE")
+                .query_async(&mut conn)
+                .await;
+        }
+        lost
+    }
+}
