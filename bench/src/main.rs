@@ -212,6 +212,11 @@ async fn every_scenario(env: &BenchEnv, rows: &mut Table) -> (BTreeMap<String, V
         json!(trips.loser_remembered),
     );
     summary.insert("redis_cpu_us_per_refusal".into(), json!(trips.cpu_per_refusal));
+    summary.insert("redis_cpu_us_per_get".into(), json!(trips.cpu_per_get));
+    summary.insert("redis_cpu_us_per_win".into(), json!(trips.cpu_per_win));
+    let per_get = |us: f64| us / trips.cpu_per_get.max(f64::MIN_POSITIVE);
+    summary.insert("redis_cpu_refusal_vs_get".into(), json!(per_get(trips.cpu_per_refusal)));
+    summary.insert("redis_cpu_win_vs_get".into(), json!(per_get(trips.cpu_per_win)));
     summary.insert("press_costs_by_outcome".into(), trips.by_outcome.clone());
     summary.insert(
         "dry_run_costs".into(),

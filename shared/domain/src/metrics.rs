@@ -19,7 +19,8 @@ pub enum Metric {
     GrabOutcome,
     /// grab: a win whose grant SQS did not take (the press answered BUSY).
     GrantQueueFailed,
-    /// grab: a win no replica acknowledged in time (BUSY).
+    /// grab: a win (or a borrow's step) no replica acknowledged in time,
+    /// or that the shard's node no longer holds after a failover (BUSY).
     GrantNotReplicated,
     /// grab: a risk reservation that could not be given back.
     RiskReleaseFailed,

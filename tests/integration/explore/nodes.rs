@@ -2,8 +2,10 @@
 //! (the template's shape at its most adverse: a borrow's home and donor on
 //! different nodes), each with a replica and the snapshots it saves.
 //!
-//! One `redis-server` holds every shard, so a node's replica and its
-//! snapshots are images of the shard's keys (`DUMP` with their TTLs):
+//! One primary holds every shard (its real replicas, in sync, acknowledge
+//! every `WAIT` as deployed with `REDIS_REPLICA_ACKS=1`, and the fence
+//! script runs before each), so what a shard's node would have kept is an
+//! image of the shard's keys (`DUMP` with their TTLs):
 //!
 //! - **The replica** holds what a replica acknowledged: the shard's image
 //!   is taken inside the step of every `WAIT` that answered (the ledger's

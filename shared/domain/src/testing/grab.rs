@@ -48,6 +48,10 @@ pub struct ScriptedLedger {
     pub calls: Mutex<Vec<String>>,
     /// The instant each take was judged at, in order.
     pub take_instants: Mutex<Vec<i64>>,
+    /// What each replica acknowledgement was asked to vouch for, in order:
+    /// the shard and the decision, as `won`, `reserved`, `took`, `pending`
+    /// or `writes` with its grant id.
+    pub vouched: Mutex<Vec<(u32, String)>>,
 }
 
 impl ScriptedLedger {
@@ -113,8 +117,16 @@ impl StockLedger for ScriptedLedger {
         self.log(format!("stock:{shard}"));
         Ok(self.stocks.get(&shard).copied().unwrap_or(0))
     }
-    async fn replicated(&self, _: &CouponId, shard: u32, _: Decision<'_>) -> Result<bool, StoreError> {
+    async fn replicated(&self, _: &CouponId, shard: u32, decision: Decision<'_>) -> Result<bool, StoreError> {
         self.log(format!("replicated:{shard}"));
+        let what = match decision {
+            Decision::Won { record, .. } => format!("won {}", record.grant_id),
+            Decision::Reserved { .. } => "reserved".into(),
+            Decision::Took { record, .. } => format!("took {}", record.grant_id),
+            Decision::Pending(record) => format!("pending {}", record.grant_id),
+            Decision::Writes => "writes".into(),
+        };
+        self.vouched.lock().unwrap().push((shard, what));
         if let Some((clock, ms)) = &self.slow_replica {
             clock.advance(*ms);
         }

@@ -321,4 +321,15 @@ async fn a_borrow_settles_a_donors_unit_only_once_a_replica_of_the_donor_holds_t
         "{calls:?}"
     );
     assert!(at(&format!("replicated:{donor}")) < at("settle"), "{calls:?}");
+    let grant = format!("c-{donor}-1");
+    assert_eq!(
+        *w.ledger.vouched.lock().unwrap(),
+        vec![
+            (home, "reserved".to_owned()),
+            (donor, format!("took {grant}")),
+            (home, format!("won {grant}")),
+            (donor, format!("took {grant}")),
+        ],
+        "each acknowledgement vouches for the decision its node must hold"
+    );
 }

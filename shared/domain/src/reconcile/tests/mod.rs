@@ -29,6 +29,7 @@ struct World {
     shards: Arc<MemoryShards>,
     queue: Arc<FakeRedrive>,
     metrics: Arc<RecordingMetrics>,
+    ledger: Arc<ScriptedLedger>,
     reconciler: Reconciler,
 }
 
@@ -47,11 +48,12 @@ fn world_windowed(ledger: ScriptedLedger, send_window: i64) -> World {
     let shards = Arc::new(MemoryShards::default());
     let queue = Arc::new(FakeRedrive::feeding(facts.clone()));
     let metrics = Arc::new(RecordingMetrics::default());
+    let ledger = Arc::new(ledger);
     let reconciler = Reconciler::new(
         ReconcilePorts {
             facts: facts.clone(),
             repair: shards.clone(),
-            ledger: Arc::new(ledger),
+            ledger: ledger.clone(),
             redrive: queue.clone(),
             blacklist: facts.clone(),
             flags: shards.clone(),
@@ -72,6 +74,7 @@ fn world_windowed(ledger: ScriptedLedger, send_window: i64) -> World {
         shards,
         queue,
         metrics,
+        ledger,
         reconciler,
     }
 }

@@ -60,6 +60,14 @@ async fn a_rebuilt_donor_does_not_restore_a_unit_it_gave_to_a_borrow_settled_els
     // one, and the home forgets it once issued.
     w.reconciler.coupon(&def, NOW + 60_000).await.unwrap();
     assert_eq!(*w.queue.sent.lock().unwrap(), vec![borrowed.clone()]);
+    // The re-drive asks the grant's shard to vouch for the grant itself
+    // (its outbox entry, or the home's list), the home for its writes.
+    let vouched = w.ledger.vouched.lock().unwrap().clone();
+    let id = borrowed.grant_id.to_string();
+    assert!(
+        vouched.ends_with(&[(0, format!("pending {id}")), (1, "writes".into())]),
+        "{vouched:?}"
+    );
     w.facts.issue(&borrowed);
     w.reconciler.coupon(&def, NOW + 120_000).await.unwrap();
     assert!(w.shards.state(&def.coupon_id, 1).unwrap().borrowed.is_empty());
