@@ -11,8 +11,9 @@
 --       'record'  KEYS[2] is exactly ARGV[3] (a win's record)
 --       'exists'  KEYS[2] exists (a borrow's reservation, or what settled it)
 --       'field'   HGET KEYS[2] ARGV[3] is exactly ARGV[4] (a donor's take)
---       'pending' stream KEYS[2] has entry ARGV[3] carrying grant ARGV[4],
---                 or hash KEYS[3] lists ARGV[4] (a grant re-driven)
+--       'pending' stream KEYS[2] has entry ARGV[3] carrying grant ARGV[4]
+--                 for user ARGV[5] (not an id a rollback minted again for
+--                 another), or hash KEYS[3] lists ARGV[4] (a grant re-driven)
 --       'writes'  nothing (every write so far)
 -- Returns 1 (fenced) | 0 (this node does not hold the decision; no write)
 local fence, at = KEYS[1], KEYS[2]
@@ -27,10 +28,12 @@ elseif what == 'field' then
   held = redis.call('HGET', at, ARGV[3]) == ARGV[4]
 elseif what == 'pending' then
   for _, entry in ipairs(redis.call('XRANGE', at, ARGV[3], ARGV[3])) do
-    local fields = entry[2]
+    local fields, grant, user = entry[2], nil, nil
     for i = 1, #fields, 2 do
-      if fields[i] == 'grant_id' and fields[i + 1] == ARGV[4] then held = true end
+      if fields[i] == 'grant_id' then grant = fields[i + 1] end
+      if fields[i] == 'user_id' then user = fields[i + 1] end
     end
+    held = grant == ARGV[4] and user == ARGV[5]
   end
   held = held or redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1
 elseif what == 'writes' then

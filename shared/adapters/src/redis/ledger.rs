@@ -254,12 +254,13 @@ impl StockLedger for RedisLedger {
                     encode_win(record),
                 ],
             ),
-            Decision::Pending(record) => (
+            Decision::Pending { user, record } => (
                 vec![k.fence(), k.outbox(), k.borrowed()],
                 vec![
                     "pending".into(),
                     format!("{}-0", record.grant_id.seq()),
                     record.grant_id.as_str().to_owned(),
+                    user.as_str().to_owned(),
                 ],
             ),
             Decision::Writes => (vec![k.fence(), k.fence()], vec!["writes".into()]),

@@ -133,6 +133,18 @@ pub async fn finish_borrow(
         }
         // The reservation expired or was lost: the donor's grant (if any) is
         // real and in its outbox, so it is still the caller's.
-        None => donor_grant.ok_or(closed.unwrap_or(Rejection::SoldOut)),
+        None => match (donor_grant, closed) {
+            (Some(rec), _) => Ok(rec),
+            (None, Some(reason)) => Err(reason),
+            // Nothing taken, and no record says what the press came to
+            // (another copy settled it and its answer lived out its time,
+            // as a BETWEEN_WAVES does once its wave is out): not a SOLD_OUT
+            // this copy can vouch for. The retry decides afresh.
+            (None, None) => {
+                return Err(StoreError::Unavailable(
+                    "the borrow's reservation is gone; the press is decided afresh".into(),
+                ))
+            }
+        },
     })
 }

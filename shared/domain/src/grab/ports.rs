@@ -255,9 +255,14 @@ pub enum Decision<'a> {
         record: &'a GrantRecord,
     },
     /// The grant is on its way from this node (a re-drive): its shard's
-    /// outbox lists it, or, on the home of a borrow whose donor lost it,
-    /// the home's list of borrowed grants does.
-    Pending(&'a GrantRecord),
+    /// outbox lists it for this user, or, on the home of a borrow whose
+    /// donor lost it, the home's list of borrowed grants does.
+    Pending {
+        /// Whose grant.
+        user: &'a UserId,
+        /// The grant.
+        record: &'a GrantRecord,
+    },
     /// Every write the shard took so far, with no decision to check (the
     /// home shard of a re-driven grant, whose claim a borrow counted).
     Writes,

@@ -207,8 +207,16 @@ impl Reconciler {
                 .stale_borrows(&def.coupon_id, shard, now - self.settings.grace_ms)
                 .await?
             {
-                if let Some(grant) = self.finish_stale_borrow(def, shard, &user, &request, now).await? {
-                    won.push(grant);
+                match self.finish_stale_borrow(def, shard, &user, &request, now).await {
+                    Ok(Some(grant)) => won.push(grant),
+                    Ok(None) => {}
+                    // A donor not rebuilt yet, a replica behind: this borrow
+                    // waits for the next pass, the coupon's pass goes on.
+                    Err(e @ StoreError::Unavailable(_)) => {
+                        warn!(shard, user = %user, error = %e, "stale borrow not finished; the next pass resumes it");
+                        continue;
+                    }
+                    Err(e) => return Err(e),
                 }
                 r.borrows_finished += 1;
             }
@@ -371,7 +379,17 @@ impl Reconciler {
         // The mark, or any higher sequence DynamoDB's grants carry: a mark
         // can lag them (repair.rs, durable_tops).
         let holdings = self.ports.facts.holdings(coupon).await?;
-        let marks = self.durable_tops(coupon, &holdings).await?;
+        let mut marks = self.durable_tops(coupon, &holdings).await?;
+        // And every grant a home settled from a donor and still lists as
+        // borrowed: a restart that lost that take must be dropped, not
+        // confirmed, or it mints the grant's id again for another user
+        // while the re-drive sends it to the borrower.
+        for home in 0..def.shards {
+            for grant in self.ports.repair.borrowed(coupon, home).await? {
+                let top = marks.entry(grant.grant_id.shard()).or_default();
+                *top = (*top).max(grant.grant_id.seq());
+            }
+        }
         let mut confirmed = 0;
         for (shard, _) in suspects {
             // With every unit issued, stock left on a restarted shard can

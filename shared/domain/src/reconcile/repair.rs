@@ -74,7 +74,10 @@ impl Reconciler {
             // read the outbox before, and a failover since may have promoted
             // a replica that never had it (and sells its unit again).
             let record = GrantRecord::of(&grant);
-            let pending = Decision::Pending(&record);
+            let pending = Decision::Pending {
+                user: &grant.user_id,
+                record: &record,
+            };
             let on_unit = self.acknowledged(def, grant.shard, pending, &mut current, now).await;
             let ok = if home == grant.shard {
                 on_unit
@@ -330,7 +333,7 @@ impl Reconciler {
         let left: Vec<Option<u64>> = missing.iter().map(|&s| wave_left(def, s, holdings, now)).collect();
         for (&shard, units) in missing.iter().zip(figures::split_rebuild(restorable, &held, &left)) {
             let holders = holders_of(def, shard, holdings, pending);
-            let taken = taken_from(def, shard, holdings);
+            let taken = taken_from(def, shard, holdings, pending);
             // New grant ids start at the current time in ms: far above any
             // sequence the lost shard minted since it was created, and small
             // enough (13 digits) that Lua's `%.14g` number formatting keeps
@@ -384,25 +387,33 @@ fn holders_of(def: &CouponDefinition, shard: u32, holdings: &Holdings, pending: 
     holders.into_iter().collect()
 }
 
-/// The units `shard` gave borrows that DynamoDB holds: issued grants of
-/// this shard to users homed elsewhere. A borrow whose home still holds
-/// its reservation open (its caller died after the take, and the grant was
-/// re-driven) finds its unit again when it resumes on the rebuilt donor,
-/// where it would otherwise take a second unit for the same claim, one of
-/// which the issuer then refuses (`ORDINAL_TAKEN`) after its user was told.
-fn taken_from(def: &CouponDefinition, shard: u32, holdings: &Holdings) -> Vec<(UserId, GrantRecord)> {
-    let mut taken: Vec<(UserId, GrantRecord)> = holdings
-        .iter()
-        .filter(|(user, _)| home_shard(user, def.shards) != shard)
-        .flat_map(|(user, held)| {
-            held.iter()
-                .filter_map(|h| h.outcome.as_ref())
-                .filter(|(_, record)| record.grant_id.shard() == shard)
-                .map(move |(_, record)| (user.clone(), record.clone()))
-        })
-        .collect();
-    taken.sort_by(|a, b| a.1.grant_id.as_str().cmp(b.1.grant_id.as_str()));
-    taken
+/// The units `shard` gave borrows: issued grants of this shard to users
+/// homed elsewhere, and those still `pending` (a home's list of borrowed
+/// grants keeps them once the donor lost its outbox). A borrow whose home
+/// still holds its reservation open (its caller died after the take, and
+/// the grant was re-driven) finds its unit again when it resumes on the
+/// rebuilt donor, where it would otherwise take a second unit for the same
+/// claim; and a retry replaying a borrowed win finds the take its
+/// acknowledgement vouches for (`Decision::Took`).
+fn taken_from(
+    def: &CouponDefinition,
+    shard: u32,
+    holdings: &Holdings,
+    pending: &[Grant],
+) -> Vec<(UserId, GrantRecord)> {
+    let issued = holdings.iter().flat_map(|(user, held)| {
+        held.iter()
+            .filter_map(|h| h.outcome.as_ref())
+            .map(move |(_, record)| (user.clone(), record.clone()))
+    });
+    let on_their_way = pending.iter().map(|g| (g.user_id.clone(), GrantRecord::of(g)));
+    let mut taken: BTreeMap<String, (UserId, GrantRecord)> = BTreeMap::new();
+    for (user, record) in issued.chain(on_their_way) {
+        if record.grant_id.shard() == shard && home_shard(&user, def.shards) != shard {
+            taken.insert(record.grant_id.as_str().to_owned(), (user, record));
+        }
+    }
+    taken.into_values().collect()
 }
 
 /// Without rollover, what the wave out now has left on lost shard `shard`:

@@ -48,6 +48,9 @@ pub struct ScriptedLedger {
     pub calls: Mutex<Vec<String>>,
     /// The instant each take was judged at, in order.
     pub take_instants: Mutex<Vec<i64>>,
+    /// The settle finds the reservation gone (`GONE`: another copy decided
+    /// the press and its record lived out its time, or it expired).
+    pub settle_gone: bool,
     /// What each replica acknowledgement was asked to vouch for, in order:
     /// the shard and the decision, as `won`, `reserved`, `took`, `pending`
     /// or `writes` with its grant id.
@@ -88,6 +91,9 @@ impl StockLedger for ScriptedLedger {
     }
     async fn settle(&self, _: &Claim<'_>, ended: BorrowEnd<'_>) -> Result<Option<Recorded>, StoreError> {
         self.log("settle".into());
+        if self.settle_gone {
+            return Ok(None);
+        }
         Ok(Some(match ended {
             BorrowEnd::Took(rec) => Recorded::Won(rec.clone()),
             BorrowEnd::AllEmpty => Recorded::SoldOut,
@@ -123,7 +129,7 @@ impl StockLedger for ScriptedLedger {
             Decision::Won { record, .. } => format!("won {}", record.grant_id),
             Decision::Reserved { .. } => "reserved".into(),
             Decision::Took { record, .. } => format!("took {}", record.grant_id),
-            Decision::Pending(record) => format!("pending {}", record.grant_id),
+            Decision::Pending { record, .. } => format!("pending {}", record.grant_id),
             Decision::Writes => "writes".into(),
         };
         self.vouched.lock().unwrap().push((shard, what));

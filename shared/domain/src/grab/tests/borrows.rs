@@ -333,3 +333,22 @@ async fn a_borrow_settles_a_donors_unit_only_once_a_replica_of_the_donor_holds_t
         "each acknowledgement vouches for the decision its node must hold"
     );
 }
+
+/// A settle that finds the reservation gone, with nothing taken, knows
+/// nothing of what the press came to: another copy may have settled it and
+/// its answer lived out its time (a BETWEEN_WAVES record dies when its wave
+/// is out). SOLD_OUT there would be false, and the instance would remember
+/// it for everyone while the wave sells: BUSY, and the retry decides afresh.
+#[tokio::test]
+async fn a_settle_that_finds_the_reservation_gone_with_nothing_taken_is_busy_not_sold_out() {
+    let home = home_shard(&UserId::parse("borrower").unwrap(), 2);
+    let donor = (home + 1) % 2;
+    let w = borrow_world(ScriptedLedger {
+        takes: HashMap::from([(donor, TakeReply::Empty)]),
+        settle_gone: true,
+        ..borrowing(2)
+    });
+    let outcome = w.service.grab(&request("borrower")).await;
+    assert!(matches!(outcome, Err(GrabError::Unavailable(_))), "{outcome:?}");
+    assert_eq!(w.metrics.total_for("GrabOutcome", "SOLD_OUT"), 0, "no SOLD_OUT told");
+}

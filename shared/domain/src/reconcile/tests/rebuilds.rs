@@ -54,6 +54,11 @@ async fn a_rebuilt_donor_does_not_restore_a_unit_it_gave_to_a_borrow_settled_els
     assert_eq!(r.pending, 1, "the borrowed grant is pending");
     let rebuilt = w.shards.state(&def.coupon_id, 0).expect("rebuilt");
     assert_eq!(rebuilt.stock, 4 - 1, "the unit 0-7 carries is not restored");
+    assert_eq!(
+        rebuilt.taken,
+        vec![(borrowed.user_id.clone(), GrantRecord::of(&borrowed))],
+        "its take is written back: a retry replaying the win finds what it vouches for"
+    );
     assert_eq!(r.drift, 0);
 
     // Once the donor is back, the grant is re-driven as any old pending

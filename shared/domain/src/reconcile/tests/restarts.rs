@@ -144,6 +144,37 @@ async fn a_restarted_shard_that_holds_every_issued_grant_sells_again_unchanged()
     assert!(r.causes.iter().any(|c| c.contains("sells again")), "{:?}", r.causes);
 }
 
+/// A donor restarted from a snapshot older than a take a home settled:
+/// DynamoDB has not issued that grant yet (its send failed, the user heard
+/// BUSY), so only the home's list of borrowed grants knows its sequence.
+/// Confirmed, the shard would mint that grant id again for another user
+/// while the re-drive sends it to the borrower; it is dropped and rebuilt,
+/// with the take written back for the borrower's retry.
+#[tokio::test]
+async fn a_restarted_donor_behind_a_take_its_home_settled_is_dropped_not_confirmed() {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(10, 2);
+    w.shards.put(&def.coupon_id, 0, 5);
+    w.shards.put(&def.coupon_id, 1, 0);
+    restarted(&w, &def, 0, 3);
+    issued_on_shard_0(&w, &def, 3);
+    let borrower = (0..50)
+        .map(|i| format!("b{i}"))
+        .find(|u| crate::grab::home_shard(&UserId::parse(u).unwrap(), 2) == 1)
+        .unwrap();
+    let taken = grant(4, 0, &borrower, NOW - 90_000);
+    w.shards.lend(1, &taken);
+
+    assert_eq!(w.reconciler.coupon(&def, NOW).await.unwrap().shards_waiting, 1);
+    let r = w.reconciler.coupon(&def, NOW + SEND_WINDOW).await.unwrap();
+
+    assert_eq!((r.shards_rolled_back, r.shards_rebuilt), (1, 1), "{r:?}");
+    let rebuilt = w.shards.state(&def.coupon_id, 0).unwrap();
+    assert!(rebuilt.seq > 4, "grant ids never repeat the one the home holds");
+    let take = (UserId::parse(&borrower).unwrap(), GrantRecord::of(&taken));
+    assert!(rebuilt.taken.contains(&take), "{:?}", rebuilt.taken);
+}
+
 /// A restarted shard may hold units the other shards saw it without (sold
 /// after its snapshot under grants never sent, which come back rightly):
 /// a borrow that found every shard empty stamped them sold out, and those
