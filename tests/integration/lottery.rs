@@ -218,6 +218,37 @@ async fn registrations_are_refused_outside_the_window_and_for_a_first_come_coupo
     assert_eq!(bad.code(), "INVALID_REQUEST");
 }
 
+#[tokio::test]
+async fn a_registration_retried_after_the_window_answers_the_entry_the_draw_will_count() {
+    let h = Harness::new().await;
+    let def = lottery(&h, 3, 1);
+    let coupon = h.create(&def).await;
+    let first = register(&h, &coupon, "slow").await;
+    assert_eq!(first.code(), "SUCCESS", "{}", first.body);
+    // The home shard forgets the entry (its `remember_entry` never landed,
+    // or the shard was rebuilt); DynamoDB holds it, and the draw reads it.
+    let entries = h.redis.keys().shard(&coupon, 0).entries();
+    let _: () = redis::cmd("DEL")
+        .arg(&entries)
+        .query_async(&mut h.redis.connection())
+        .await
+        .unwrap();
+    h.clock.set(def.grab_end_ms + 1);
+    let retry = register(&h, &coupon, "slow").await;
+    assert_eq!(
+        (
+            retry.code(),
+            &retry.body["data"]["replayed"],
+            &retry.body["data"]["registeredAtMs"]
+        ),
+        ("SUCCESS", &Value::Bool(true), &first.body["data"]["registeredAtMs"]),
+        "{}",
+        retry.body
+    );
+    let stranger = register(&h, &coupon, "late").await;
+    assert_eq!(stranger.body["data"]["reason"], "ENDED", "{}", stranger.body);
+}
+
 /// Fails the draw's claims after `left` of them, as a reconciler killed
 /// half way through a draw leaves it.
 struct DiesMidDraw {

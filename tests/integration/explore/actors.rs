@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use coupon_adapters::dynamodb::DynamoIssueLedger;
+use coupon_domain::clock::Clock;
 use coupon_domain::issuance::IssueLedger;
 use coupon_domain::reconcile::CouponReport;
 use lambda_runtime::LambdaEvent;
@@ -32,16 +33,8 @@ pub(super) async fn user_actor(world: Arc<World>, actor: ActorId, user: usize, o
         }
         let who = format!("{} {request} (try {attempt})", user_name(user));
         let app = world.grab_instance(actor, who, offset_ms);
-        let answer = app.service.grab(&world.request(user, &request)).await;
-        let decided = world.heard(user, &request, &answer);
-        world.sched.tell(format!(
-            "{} {request}: {}",
-            user_name(user),
-            match &answer {
-                Ok(o) => format!("{o:?}").chars().take(120).collect::<String>(),
-                Err(e) => format!("retryable: {e}"),
-            }
-        ));
+        let (decided, told) = world.press(&app, user, &request).await;
+        world.sched.tell(format!("{} {request}: {told}", user_name(user)));
         if decided {
             world.users[user].lock().unwrap().attempts = 0;
         }
@@ -55,16 +48,9 @@ pub(super) async fn twin_actor(world: Arc<World>, actor: ActorId, user: usize, r
     for attempt in 1..=4 {
         let who = format!("{} {request} twin (try {attempt})", user_name(user));
         let app = world.grab_instance(actor, who, offset_ms);
-        let answer = app.service.grab(&world.request(user, &request)).await;
-        world.sched.tell(format!(
-            "{} {request} twin: {}",
-            user_name(user),
-            match &answer {
-                Ok(o) => format!("{o:?}").chars().take(120).collect::<String>(),
-                Err(e) => format!("retryable: {e}"),
-            }
-        ));
-        if world.heard(user, &request, &answer) {
+        let (decided, told) = world.press(&app, user, &request).await;
+        world.sched.tell(format!("{} {request} twin: {told}", user_name(user)));
+        if decided {
             break;
         }
     }
@@ -151,8 +137,10 @@ pub(super) async fn issuer_actor(world: Arc<World>, actor: ActorId, rounds: u32)
     world.sched.finish(actor);
 }
 
-/// The reconciler's schedule: `passes` passes over the coupon.
-pub(super) async fn reconciler_actor(world: Arc<World>, actor: ActorId, passes: u32) {
+/// The reconciler's schedule: `passes` passes over the coupon; in a draw
+/// world then the draw's instant (a step of its own, so presses and
+/// faults interleave with it) and `draw_passes` more, which draw.
+pub(super) async fn reconciler_actor(world: Arc<World>, actor: ActorId, passes: u32, draw_passes: u32) {
     let gate = world.gate(actor, "reconciler".into());
     let reconciler = world
         .h
@@ -171,12 +159,27 @@ pub(super) async fn reconciler_actor(world: Arc<World>, actor: ActorId, passes: 
             });
             ports
         });
-    for _ in 0..passes {
+    let pass = || async {
         match reconciler.run().await {
             Ok(report) => world
                 .sched
                 .tell(format!("reconciler: pass -> {}", summary(&report.coupons))),
             Err(e) => world.sched.tell(format!("reconciler: pass failed: {e}")),
+        }
+    };
+    for _ in 0..passes {
+        pass().await;
+    }
+    if let Some(draw_at) = world.def.draw_at_ms.filter(|_| world.draws()) {
+        world.sched.step(actor, "clock: the draw's instant".into()).await;
+        if world.h.clock.now_ms() < draw_at {
+            world.h.clock.set(draw_at);
+        }
+        world
+            .sched
+            .tell("the registrations are closed and the draw is due".into());
+        for _ in 0..draw_passes {
+            pass().await;
         }
     }
     world.sched.finish(actor);

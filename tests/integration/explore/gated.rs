@@ -150,8 +150,10 @@ impl StockLedger for GatedLedger {
             .await
     }
     async fn claim(&self, claim: &Claim<'_>, step: ClaimStep) -> Result<ClaimReply, StoreError> {
+        // A draw's claims are a branch of their own (`ledger.draw_claim`).
+        let method = if step == ClaimStep::Draw { "draw_claim" } else { "claim" };
         let label = format!(
-            "ledger.claim({step:?} on shard {} at {})",
+            "ledger.{method}({step:?} on shard {} at {})",
             claim.home_shard, claim.now_ms
         );
         self.gate.around(label, self.inner.claim(claim, step)).await

@@ -4,9 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use coupon_adapters::dynamodb::{DynamoFacts, DynamoIssueLedger};
-use coupon_domain::ids::CouponId;
+use coupon_adapters::dynamodb::{DynamoEntries, DynamoFacts, DynamoIssueLedger};
+use coupon_domain::ids::{CouponId, UserId};
 use coupon_domain::issuance::IssueLedger;
+use coupon_domain::lottery::ports::Entries;
 use coupon_domain::reconcile::ports::DurableFacts;
 use lambda_runtime::LambdaEvent;
 
@@ -215,8 +216,7 @@ pub(super) async fn heal(world: &World) {
                         origin: None,
                     },
                 );
-                let answer = app.service.grab(&world.request(u, &request)).await;
-                world.heard(u, &request, &answer);
+                world.press(&app, u, &request).await;
             }
         }
         // Redelivery after the visibility timeout (1 s) of a batch whose
@@ -242,7 +242,8 @@ pub(super) async fn heal(world: &World) {
         let quiet = report
             .as_ref()
             .and_then(|r| coupon_domain::reconcile::find(r, &world.def.coupon_id))
-            .is_some_and(|c| c.pending == 0 && c.shards_waiting == 0 && c.drift == 0);
+            .is_some_and(|c| c.pending == 0 && c.shards_waiting == 0 && c.drift == 0)
+            && drawn_and_issued(world).await;
         let undecided = world.users.iter().any(|u| !u.lock().unwrap().to_press.is_empty());
         world.sched.tell(format!(
             "heal {round}: drained {drained}, {}",
@@ -259,6 +260,71 @@ pub(super) async fn heal(world: &World) {
             tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
         }
     }
+}
+
+/// In a draw world, whether the draw is recorded and DynamoDB holds a
+/// coupon for each of its winners (true in any other world).
+async fn drawn_and_issued(world: &World) -> bool {
+    if !world.draws() {
+        return true;
+    }
+    let entries = DynamoEntries::new(world.h.tables.clone());
+    match entries.lottery(&world.def.coupon_id).await {
+        Ok(Some(lottery)) => match lottery.drawn {
+            Some(drawn) => DynamoFacts::new(world.h.tables.clone())
+                .issued(&world.def.coupon_id)
+                .await
+                .is_ok_and(|issued| issued >= drawn.winners),
+            None => false,
+        },
+        _ => false,
+    }
+}
+
+/// A draw world's draw, judged as `couponctl verify-draw` judges it: the
+/// holders are exactly the winners recomputed from the revealed seed and
+/// the frozen entries; and each registration's answer is the truth (told
+/// REGISTERED: in the draw; told ENDED: not in it).
+async fn judge_draw(world: &World, holders: impl Iterator<Item = UserId>) -> Vec<String> {
+    let mut out = Vec::new();
+    let book = DynamoEntries::new(world.h.tables.clone());
+    let coupon = &world.def.coupon_id;
+    let mut entered = BTreeSet::new();
+    for shard in 0..world.def.shards {
+        entered.extend(book.entries(coupon, shard).await.expect("entries"));
+    }
+    for (u, log) in world.users.iter().enumerate() {
+        let user = UserId::parse(&user_name(u)).unwrap();
+        for answer in log.lock().unwrap().finals.values() {
+            match (answer.as_str(), entered.contains(&user)) {
+                ("REGISTERED", false) => out.push(format!("{user} was told REGISTERED and is not in the draw")),
+                ("Ended", true) => out.push(format!("{user} was told ENDED and is in the draw")),
+                _ => {}
+            }
+        }
+    }
+    let lottery = book.lottery(coupon).await.expect("lottery").expect("a lottery");
+    let Some(drawn) = lottery.drawn else {
+        if !entered.is_empty() {
+            out.push(format!("{} registered, and the draw never ran", entered.len()));
+        }
+        return out;
+    };
+    let verdict = coupon_domain::lottery::verify(&lottery.seed, entered, drawn.places, holders);
+    if !verdict.agrees() {
+        out.push(format!(
+            "the holders are not the draw's winners: winners without a coupon {:?}, holders who did not win {:?}",
+            verdict.missing, verdict.extra
+        ));
+    }
+    if verdict.drawing.winners.len() as u64 != drawn.winners {
+        out.push(format!(
+            "the draw recorded {} winner(s), the recomputed draw has {}",
+            drawn.winners,
+            verdict.drawing.winners.len()
+        ));
+    }
+    out
 }
 
 /// The promise after healing, as users and the books see it.
@@ -303,6 +369,13 @@ pub(super) async fn judge(world: &World) -> Vec<String> {
                 }
             }
         }
+    }
+    if world.draws() {
+        let holders = holdings
+            .iter()
+            .filter(|(_, held)| !held.is_empty())
+            .map(|(user, _)| user.clone());
+        out.extend(judge_draw(world, holders).await);
     }
     if held_total > world.def.total_stock {
         out.push(format!(

@@ -161,7 +161,11 @@ impl Nodes {
                 .query_async(&mut conn)
                 .await;
         }
-        self.replica.lock().unwrap().insert(shard, image.clone());
+        // The replica resynchronises from the restarted node: it holds the
+        // snapshot on the new history (its stamp too), so a failover now
+        // promotes a state that is just as unverified.
+        let restarted = self.image(shard).await;
+        self.replica.lock().unwrap().insert(shard, restarted);
         (image.len(), lost)
     }
 

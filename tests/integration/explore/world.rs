@@ -15,13 +15,20 @@
 //! message off the queue until a re-drive, the issuer dying after its
 //! write and before its delete (the message is delivered again), the
 //! clock jumping ahead.
+//!
+//! In a fifth of the seeds (a stream of its own, so the other seeds replay
+//! as before) the sale is a lottery instead: the users register (twins
+//! register twice at once), the window closes, and the reconciler's pass
+//! draws and claims each winner's unit on its home shard, borrowing from
+//! the others, among the same faults; then the draw is judged as
+//! `couponctl verify-draw` judges it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use coupon_domain::clock::{Clock, ManualClock};
 use coupon_domain::coupon::CouponDefinition;
-use coupon_domain::grab::{EntryRequest, GrabError, GrabRequest};
+use coupon_domain::grab::{EntryOutcome, EntryRequest, GrabError, GrabRequest};
 use coupon_domain::ids::{DeviceId, RequestId, UserId};
 use coupon_domain::issuance::IssueLedger;
 use coupon_domain::outcome::{GrabOutcome, Rejection, RiskReason};
@@ -175,6 +182,9 @@ pub(super) struct World {
     pub(super) nodes: Arc<Nodes>,
 }
 
+/// The draw worlds' random stream's constant (see `schedule`).
+const DRAW_STREAM: u64 = 0x0D2A_3019;
+
 /// A win's send budget, as deployed (`GRANT_SEND_BUDGET_MS`).
 pub(super) const SEND_BUDGET_MS: i64 = 2_000;
 /// The reconciler's wait for sends decided before a loss, as deployed
@@ -289,9 +299,21 @@ impl World {
         self.devices[user].map(|d| DeviceId::parse(&format!("d{d}-{}", self.def.coupon_id)).unwrap())
     }
 
+    /// True when the sale itself is a lottery (a draw world).
+    pub(super) fn draws(&self) -> bool {
+        self.def.mode == coupon_domain::coupon::Mode::Lottery
+    }
+
+    /// `user`'s registration: for the sale itself in a draw world, else
+    /// for the lottery beside it, if any.
     pub(super) fn entry(&self, user: usize) -> Option<EntryRequest> {
+        let coupon = if self.draws() {
+            &self.def
+        } else {
+            self.lottery.as_ref()?
+        };
         Some(EntryRequest {
-            coupon: self.lottery.as_ref()?.coupon_id.clone(),
+            coupon: coupon.coupon_id.clone(),
             user: UserId::parse(&user_name(user)).unwrap(),
             level: 0,
             ip: None,
@@ -327,6 +349,38 @@ impl World {
                 self.claims_per_device
             ));
         }
+    }
+
+    /// Records a registration's answer (a draw world's press); true when
+    /// it is decided.
+    pub(super) fn heard_entry(&self, user: usize, request: &str, answer: &Result<EntryOutcome, GrabError>) -> bool {
+        let final_answer = match answer {
+            Ok(EntryOutcome::Registered { .. }) => "REGISTERED".to_owned(),
+            Ok(EntryOutcome::Rejected(reason)) => format!("{reason:?}"),
+            Err(_) => return false,
+        };
+        let mut log = self.users[user].lock().unwrap();
+        log.finals.insert(request.to_owned(), final_answer);
+        log.to_press.retain(|r| r != request);
+        true
+    }
+
+    /// Sends `user`'s press `request` through `app`, records the answer,
+    /// and returns whether it is decided and how the story tells it: a
+    /// grab, or in a draw world a registration.
+    pub(super) async fn press(&self, app: &grab::GrabApp, user: usize, request: &str) -> (bool, String) {
+        fn told<T: std::fmt::Debug>(answer: &Result<T, GrabError>) -> String {
+            match answer {
+                Ok(o) => format!("{o:?}").chars().take(120).collect(),
+                Err(e) => format!("retryable: {e}"),
+            }
+        }
+        if let (true, Some(entry)) = (self.draws(), self.entry(user)) {
+            let answer = app.service.enter(&entry).await;
+            return (self.heard_entry(user, request, &answer), told(&answer));
+        }
+        let answer = app.service.grab(&self.request(user, request)).await;
+        (self.heard(user, request, &answer), told(&answer))
     }
 
     /// Records an answer; true when the press is decided.
@@ -407,6 +461,31 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
             .collect();
         def.rollover = shape.rollover;
     }
+    // A draw world: the sale is a lottery whose window closes within the
+    // schedule and whose draw the reconciler's actor runs (a stream of its
+    // own; its constant leaves the kept seeds' worlds as they were found).
+    let mut draw_rng = Rng::new(seed.rotate_left(29) ^ DRAW_STREAM);
+    let draw_world = draw_rng.chance(20);
+    let mut shape = shape;
+    if draw_world {
+        let closes = h.clock.now_ms() + draw_rng.between(1_000, 4_000);
+        // Fewer units than users, on two shards or more: winners homed on
+        // a shard with too few units borrow from the others.
+        def.total_stock = draw_rng.between(1, shape.users as i64 - 1) as u64;
+        def.shards = draw_rng.between(2, 4).min(def.total_stock as i64).max(1) as u32;
+        shape.stock = def.total_stock;
+        shape.shards = def.shards;
+        def.mode = coupon_domain::coupon::Mode::Lottery;
+        def.per_user_limit = 1;
+        def.waves.clear();
+        def.rollover = true;
+        def.grab_end_ms = closes;
+        def.draw_at_ms = Some(closes + coupon_domain::lottery::DRAW_SETTLE_MS);
+        shape.per_user_limit = 1;
+        shape.presses = vec![1; shape.users];
+        shape.waves.clear();
+        shape.entrants.clear();
+    }
     h.create(&def).await;
     let nodes = Arc::new(Nodes::new(h.redis.clone(), def.coupon_id.clone(), def.shards).await);
     let lottery = if shape.entrants.is_empty() {
@@ -423,7 +502,11 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
     let users = (0..shape.users)
         .map(|u| {
             Arc::new(Mutex::new(UserLog {
-                to_press: (1..=shape.presses[u]).map(|p| format!("r{p}")).collect(),
+                to_press: if draw_world {
+                    vec!["r1".to_owned()]
+                } else {
+                    (1..=shape.presses[u]).map(|p| format!("r{p}")).collect()
+                },
                 ..UserLog::default()
             }))
         })
@@ -449,7 +532,19 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
         shape: format!("{shape:?}"),
         ..Outcome::default()
     };
-    sched.tell(format!("seed {seed}: {shape:?}, coupon {}", world.def.coupon_id));
+    sched.tell(format!(
+        "seed {seed}: {shape:?}, coupon {}{}",
+        world.def.coupon_id,
+        if draw_world {
+            format!(
+                ", a lottery: registrations until {} ms, the draw at {} ms",
+                world.def.grab_end_ms - world.h.clock.now_ms(),
+                world.def.draw_at_ms.unwrap_or_default() - world.h.clock.now_ms()
+            )
+        } else {
+            String::new()
+        }
+    ));
 
     // The actors.
     let spawn_user = |world: &Arc<World>, rng: &mut Rng, user: usize| {
@@ -487,7 +582,15 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
     world.tasks.lock().unwrap().insert(issuer, (Role::Issuer, issuer_task));
     let reconciler = world.new_actor();
     let reconciler_task =
-        tokio::task::spawn_local(reconciler_actor(world.clone(), reconciler, rng.between(0, 2) as u32));
+        tokio::task::spawn_local(reconciler_actor(world.clone(), reconciler, rng.between(0, 2) as u32, {
+            // A draw world's reconciler draws in the schedule, among the
+            // faults, in two to four passes (a lost shard waits for its rebuild).
+            if draw_world {
+                draw_rng.between(2, 4) as u32
+            } else {
+                0
+            }
+        }));
     world
         .tasks
         .lock()

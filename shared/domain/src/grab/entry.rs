@@ -119,6 +119,16 @@ impl GrabService {
                     "the coupon's home shard has no Redis state".into(),
                 )));
             }
+            EntryReply::Rejected(Rejection::Ended) => {
+                // The window has closed; the home shard may still not know
+                // an entry DynamoDB holds (its `remember_entry` failed, or
+                // the shard was rebuilt): a retry of a registration that
+                // landed answers it, as the draw will count it.
+                return Ok(match self.entries.registered(&req.coupon, home, &req.user).await? {
+                    Some(at_ms) => EntryOutcome::Registered { at_ms, replayed: true },
+                    None => EntryOutcome::Rejected(Rejection::Ended),
+                });
+            }
             EntryReply::Rejected(reason) => return Ok(EntryOutcome::Rejected(reason)),
         }
         let request = entry_request();
