@@ -307,6 +307,15 @@ pub struct GatedRepair {
 
 #[async_trait]
 impl StockRepair for GatedRepair {
+    // Not at the gate: they touch no shard (only the pass's list of
+    // settled coupons, none of which a schedule's sale is), so the
+    // schedules stay the seeds' they were.
+    async fn settled(&self) -> Result<std::collections::HashMap<CouponId, String>, StoreError> {
+        self.inner.settled().await
+    }
+    async fn settle(&self, settled: &[(CouponId, String)], forgotten: &[CouponId]) -> Result<(), StoreError> {
+        self.inner.settle(settled, forgotten).await
+    }
     async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<ShardStock>, StoreError> {
         let label = format!("repair.shard_stock(shard {shard})");
         self.gate.around(label, self.inner.shard_stock(coupon, shard)).await

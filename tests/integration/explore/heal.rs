@@ -377,6 +377,26 @@ pub(super) async fn judge(world: &World) -> Vec<String> {
             .map(|(user, _)| user.clone());
         out.extend(judge_draw(world, holders).await);
     }
+    // The device's rule counts each win once: a win holds its press's
+    // place among the device's daily claims, so no device wins more than
+    // its limit (a lottery's draw is not a claim of the device).
+    if !world.draws() {
+        let mut wins: BTreeMap<u32, u32> = BTreeMap::new();
+        for (u, log) in world.users.iter().enumerate() {
+            if let Some(d) = world.devices[u] {
+                let log = log.lock().unwrap();
+                *wins.entry(d).or_default() += log.finals.values().filter(|f| f.starts_with("SUCCESS")).count() as u32;
+            }
+        }
+        for (d, n) in wins {
+            if n > world.claims_per_device {
+                out.push(format!(
+                    "device d{d} won {n} claims, above its daily limit {}: a win counted against no limit",
+                    world.claims_per_device
+                ));
+            }
+        }
+    }
     if held_total > world.def.total_stock {
         out.push(format!(
             "{held_total} coupons issued of a stock of {}",

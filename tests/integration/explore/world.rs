@@ -140,6 +140,10 @@ pub(super) struct UserLog {
     /// Presses not yet decided, in order (the first is in progress).
     pub(super) to_press: Vec<String>,
     pub(super) attempts: u32,
+    /// Attempts under way, per request: a press another copy decided may
+    /// still be running (and hold its risk places) on an instance of its
+    /// own; one that died holds them until a retry gives them back.
+    pub(super) attempting: BTreeMap<String, u32>,
 }
 
 /// What a schedule found.
@@ -334,12 +338,17 @@ impl World {
             let log = log.lock().unwrap();
             won += log.finals.values().filter(|f| f.starts_with("SUCCESS")).count() as u32;
             // Every undecided press on the device may hold a place there,
-            // the user's own other presses included; the refused one not.
-            pressing += log
-                .to_press
+            // and so may every attempt still running (or dead) of a press
+            // decided by another copy, the user's own other presses
+            // included; the refused one not.
+            // (A won press's place is counted with its win.)
+            let running = log
+                .attempting
                 .iter()
-                .filter(|r| v != user || r.as_str() != request)
-                .count() as u32;
+                .filter(|(r, &n)| n > 0 && !log.finals.get(*r).is_some_and(|f| f.starts_with("SUCCESS")))
+                .map(|(r, _)| r);
+            let held: BTreeSet<&String> = log.to_press.iter().chain(running).collect();
+            pressing += held.into_iter().filter(|r| v != user || r.as_str() != request).count() as u32;
         }
         if won + pressing < self.claims_per_device {
             self.seen.lock().unwrap().push(format!(
@@ -379,7 +388,16 @@ impl World {
             let answer = app.service.enter(&entry).await;
             return (self.heard_entry(user, request, &answer), told(&answer));
         }
+        *self.users[user]
+            .lock()
+            .unwrap()
+            .attempting
+            .entry(request.to_owned())
+            .or_default() += 1;
         let answer = app.service.grab(&self.request(user, request)).await;
+        if let Some(n) = self.users[user].lock().unwrap().attempting.get_mut(request) {
+            *n -= 1;
+        }
         (self.heard(user, request, &answer), told(&answer))
     }
 

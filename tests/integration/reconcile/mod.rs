@@ -125,3 +125,33 @@ async fn two_reconcilers_at_once_leave_one_coupon_per_winner() {
     assert_eq!(h2.facts().issued(&coupon).await.unwrap(), 8, "duplicates absorbed");
     assert_eq!(h2.reconcile(&def).await.drift, 0);
 }
+
+#[tokio::test]
+async fn a_pass_skips_a_coupon_it_settled_an_hour_after_its_window() {
+    let h = Harness::new().await;
+    let def = h.coupon(3);
+    let coupon = h.create(&def).await;
+    assert_eq!(h.grab(&coupon, "early", "r").await.code(), "SUCCESS");
+    h.pump().await;
+    h.clock
+        .set(def.grab_end_ms + coupon_domain::reconcile::SETTLED_AFTER_MS);
+    let reconciler = h.reconciler_over(&h.queue_url, 0, |ports| ports);
+
+    let first = reconciler.run().await.unwrap();
+    let found = coupon_domain::reconcile::find(&first, &def.coupon_id).expect("visited");
+    assert_eq!((found.issued, found.remaining, found.drift), (1, 2, 0), "{found:?}");
+    let second = reconciler.run().await.unwrap();
+    assert!(
+        coupon_domain::reconcile::find(&second, &def.coupon_id).is_none(),
+        "settled: skipped"
+    );
+    assert_eq!(second.settled, 1);
+
+    // The settled list lives in Redis under the harness's prefix.
+    let fingerprints: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(h.redis.keys().settled())
+        .query_async(&mut h.redis.connection())
+        .await
+        .unwrap();
+    assert_eq!(fingerprints.get(def.coupon_id.as_str()), Some(&def.fingerprint()));
+}

@@ -37,6 +37,12 @@ impl KeySpace {
         }
     }
 
+    /// coupon -> the fingerprint of the definition the reconciler settled
+    /// it under (its pass skips it while the definition keeps it).
+    pub fn settled(&self) -> String {
+        format!("{}{{reconcile}}:settled", self.prefix)
+    }
+
     /// Exists while `user` is blacklisted.
     pub fn user_blacklist(&self, user: &UserId) -> String {
         format!("{}{{usr:{}}}:black", self.prefix, user)

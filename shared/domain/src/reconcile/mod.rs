@@ -60,13 +60,14 @@
 //! - `figures.rs`: the stock arithmetic, pure functions.
 //! - `report.rs`, `ports.rs`: what a pass reports; what it needs.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use tracing::{info, instrument, warn};
 
 use crate::blacklist::{BlacklistFlags, BlacklistRecord};
 use crate::clock::Clock;
+use crate::coupon::CouponDefinition;
 use crate::error::StoreError;
 use crate::grab::ports::StockLedger;
 use crate::ids::CouponId;
@@ -165,6 +166,30 @@ struct Surviving {
     pending: Vec<crate::grant::Grant>,
 }
 
+/// How long after a coupon's selling is over (a lottery's draw window
+/// included) a pass may settle it: long enough for every send decided
+/// before the end, a re-drive of the dead-letter queue by an operator the
+/// same hour, and a late rebuild's figures to have come and been seen.
+pub const SETTLED_AFTER_MS: i64 = 3_600_000;
+
+/// True if a pass that found `r` for `def` at `now` leaves it nothing to
+/// do again while its definition stays as it is: selling over for
+/// [`SETTLED_AFTER_MS`], the stock equation balanced, no grant on its way
+/// and nothing repaired, re-driven, finished or explained in this pass.
+/// (A definition changed by an operator has another fingerprint, and is
+/// visited again.)
+pub fn settles(def: &CouponDefinition, r: &CouponReport, now: i64) -> bool {
+    now >= def.sells_until_ms().saturating_add(SETTLED_AFTER_MS)
+        && r.drift == 0
+        && r.pending == 0
+        && r.redriven == 0
+        && r.borrows_finished == 0
+        && r.shards_rebuilt == 0
+        && r.shards_rolled_back == 0
+        && r.shards_waiting == 0
+        && r.causes.is_empty()
+}
+
 /// The reconciliation use case.
 pub struct Reconciler {
     ports: ReconcilePorts,
@@ -185,19 +210,44 @@ impl Reconciler {
             started_at_ms: now,
             ..ReconcileReport::default()
         };
+        // Settled coupons are skipped while their definition is unchanged;
+        // unknown (the read failed), every coupon is visited.
+        let settled = self.ports.repair.settled().await.unwrap_or_else(|e| {
+            warn!(error = %e, "settled coupons unknown; every coupon is visited");
+            HashMap::new()
+        });
+        let (mut still, mut newly) = (HashSet::new(), Vec::new());
         for def in self.ports.facts.definitions().await? {
             if now > def.sells_until_ms().saturating_add(self.settings.retention_ms) {
+                continue;
+            }
+            let fingerprint = def.fingerprint();
+            if settled.get(&def.coupon_id) == Some(&fingerprint) {
+                still.insert(def.coupon_id.clone());
+                report.settled += 1;
                 continue;
             }
             match self.coupon(&def, now).await {
                 Ok(figures) => {
                     self.publish(&figures);
+                    if settles(&def, &figures, now) {
+                        newly.push((def.coupon_id.clone(), fingerprint));
+                    }
                     report.coupons.push(figures);
                 }
                 Err(e) => {
                     warn!(coupon = %def.coupon_id, error = %e, source = ?std::error::Error::source(&e), "coupon not reconciled");
                     report.errors.push(format!("{}: {e}", def.coupon_id));
                 }
+            }
+        }
+        let forgotten: Vec<CouponId> = settled
+            .into_keys()
+            .filter(|c| !still.contains(c) && !newly.iter().any(|(n, _)| n == c))
+            .collect();
+        if !newly.is_empty() || !forgotten.is_empty() {
+            if let Err(e) = self.ports.repair.settle(&newly, &forgotten).await {
+                warn!(error = %e, "settled coupons not recorded; the next pass visits them again");
             }
         }
         match self.restore_blacklist().await {

@@ -214,6 +214,9 @@ impl Reconciler {
                     // waits for the next pass, the coupon's pass goes on.
                     Err(e @ StoreError::Unavailable(_)) => {
                         warn!(shard, user = %user, error = %e, "stale borrow not finished; the next pass resumes it");
+                        r.causes.push(format!(
+                            "a borrow whose caller died waits on shard {shard} for the next pass"
+                        ));
                         continue;
                     }
                     Err(e) => return Err(e),

@@ -146,6 +146,17 @@ pub struct ShardStock {
 /// What the reconciler reads from and repairs in Redis.
 #[async_trait]
 pub trait StockRepair: Send + Sync {
+    /// The coupons a pass found settled (selling over, balanced, nothing
+    /// on its way: [`super::settles`]), each with the fingerprint of the
+    /// definition it was settled under. A pass skips a coupon listed here
+    /// while its definition keeps that fingerprint, so a pass costs what
+    /// the coupons that may still need work cost. Kept in Redis: losing it
+    /// with the cache costs one full pass, which settles them again.
+    async fn settled(&self) -> Result<HashMap<CouponId, String>, StoreError>;
+    /// Records the coupons this pass `settled` (with their definitions'
+    /// fingerprints) and forgets the `forgotten` (changed since, or past
+    /// retention), in one round trip.
+    async fn settle(&self, settled: &[(CouponId, String)], forgotten: &[CouponId]) -> Result<(), StoreError>;
     /// A shard's remaining stock with its version, or `None` if its state
     /// is gone.
     async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<ShardStock>, StoreError>;

@@ -342,21 +342,25 @@ impl Reconciler {
             // never below its durable mark or any sequence DynamoDB holds.
             let top = seen.get(&shard).copied().unwrap_or(0);
             let seq_base = now_seq.max(top + 1);
+            // The state starts at `seq_base`: any older one (a snapshot from
+            // before this loss, restored later) is behind it and dropped,
+            // not judged on what it held (a unit the rebuild gave another
+            // shard, and no trace of a borrow for its users since). The mark
+            // is raised before the state exists, so a run that dies between
+            // the two leaves a mark with no state under it (the next run
+            // rebuilds above it), never a state no mark guards. Two runs
+            // rebuilding one shard at once: the lower state is dropped and
+            // rebuilt once more, a loss handled as any other.
+            self.ports
+                .facts
+                .raise_high_water(&def.coupon_id, shard, seq_base)
+                .await?;
             if self
                 .ports
                 .repair
                 .restore_shard(latest, shard, units, seq_base, &holders, &taken, now)
                 .await?
             {
-                // The state starts at `seq_base`: any older one (a snapshot
-                // from before this loss, restored later) is behind it and
-                // dropped, not judged on what it held (a unit the rebuild
-                // gave another shard, and no trace of a borrow for its
-                // users since).
-                self.ports
-                    .facts
-                    .raise_high_water(&def.coupon_id, shard, seq_base)
-                    .await?;
                 r.shards_rebuilt += 1;
                 restored += units.stock + units.expired;
             }

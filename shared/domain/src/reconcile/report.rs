@@ -54,6 +54,9 @@ pub struct ReconcileReport {
     pub started_at_ms: i64,
     /// One report per visited coupon.
     pub coupons: Vec<CouponReport>,
+    /// Coupons not visited: settled under the definition they still have
+    /// (see `StockRepair::settled`).
+    pub settled: u64,
     /// Messages in the dead-letter queue, if it could be read.
     pub dlq_depth: Option<u64>,
     /// Coupons that could not be reconciled this time (they are retried on

@@ -62,6 +62,11 @@ pub struct MemoryShards {
     pub flags: Mutex<HashSet<UserId>>,
     /// Runs once, right after the first outbox read of a pass.
     pub after_outbox_read: Mutex<Option<ShardsHook>>,
+    /// The coupons the reconciler settled, with their fingerprints.
+    pub settled: Mutex<HashMap<CouponId, String>>,
+    /// The next rebuild's write dies (the reconciler crashed, or Redis
+    /// went away), once.
+    pub restore_dies: Mutex<bool>,
 }
 
 impl MemoryShards {
@@ -108,6 +113,17 @@ impl MemoryShards {
 
 #[async_trait]
 impl StockRepair for MemoryShards {
+    async fn settled(&self) -> Result<HashMap<CouponId, String>, StoreError> {
+        Ok(self.settled.lock().unwrap().clone())
+    }
+    async fn settle(&self, settled: &[(CouponId, String)], forgotten: &[CouponId]) -> Result<(), StoreError> {
+        let mut map = self.settled.lock().unwrap();
+        for c in forgotten {
+            map.remove(c);
+        }
+        map.extend(settled.iter().cloned());
+        Ok(())
+    }
     async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<ShardStock>, StoreError> {
         Ok(self.state(coupon, shard).map(|s| ShardStock {
             stock: s.stock + s.expired,
@@ -146,6 +162,9 @@ impl StockRepair for MemoryShards {
         taken: &[(UserId, GrantRecord)],
         _now_ms: i64,
     ) -> Result<bool, StoreError> {
+        if std::mem::take(&mut *self.restore_dies.lock().unwrap()) {
+            return Err(StoreError::Unavailable("the rebuild's write died".into()));
+        }
         let mut shards = self.shards.lock().unwrap();
         let key = (coupon.definition.coupon_id.clone(), shard);
         if shards.contains_key(&key) {

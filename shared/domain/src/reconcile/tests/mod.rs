@@ -18,6 +18,7 @@ use crate::testing::{FakeRedrive, MemoryFacts, MemoryShards, ScriptedLedger};
 
 mod rebuilds;
 mod restarts;
+mod settles;
 mod waits;
 
 const NOW: i64 = 1_000_000;

@@ -34,6 +34,31 @@ async fn a_lost_shard_is_rebuilt_with_only_what_nothing_accounts_for() {
     assert_eq!(holders, homed_on_1, "holders are restored on their home shard only");
 }
 
+/// The mark a rebuilt shard's sequence starts at is durable before the
+/// state is: a run that dies between the two leaves a mark with no state
+/// under it, and the next run rebuilds above it; never a state that an
+/// older snapshot, restored later, would not be found behind.
+#[tokio::test]
+async fn a_rebuild_raises_the_shards_mark_before_it_writes_the_shard() {
+    let w = world();
+    let def = coupon(4, 2);
+    w.shards.put(&def.coupon_id, 1, 2);
+    *w.shards.restore_dies.lock().unwrap() = true;
+
+    assert!(w.reconciler.coupon(&def, NOW).await.is_err(), "the rebuild died");
+
+    assert!(w.shards.state(&def.coupon_id, 0).is_none(), "nothing written");
+    let mark = w.facts.high_water.lock().unwrap()[&def.coupon_id][&0];
+    assert!(mark >= NOW as u64, "the mark was raised first: {mark}");
+    w.reconciler.coupon(&def, NOW).await.unwrap();
+    let rebuilt = w.shards.state(&def.coupon_id, 0).expect("rebuilt");
+    assert!(
+        rebuilt.seq > mark,
+        "the next run starts above the mark: {} > {mark}",
+        rebuilt.seq
+    );
+}
+
 /// A borrow's unit and its claim on two shards, the donor lost after the
 /// home settled its grant (the explorer's seed 24): the home's list of
 /// borrowed grants tells the donor's rebuild that the unit is gone, and
