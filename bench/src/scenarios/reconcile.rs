@@ -135,6 +135,30 @@ async fn issue_every_grant(ddb: &DynamoClient, env: &BenchEnv, def: &CouponDefin
     }
 }
 
+/// The reconciler as deployed (its default settings, a 30 s grace), over
+/// the benchmark's Redis, DynamoDB and grant queue, with no metrics.
+pub(super) fn bench_reconciler(
+    redis: &Redis,
+    tables: &Tables,
+    sqs: aws_sdk_sqs::Client,
+    queue_url: &str,
+) -> Reconciler {
+    Reconciler::new(
+        reconcile_ports(
+            redis,
+            tables,
+            SqsRedrive::new(sqs, queue_url, None),
+            Arc::new(DynamoFacts::new(tables.clone())),
+            Arc::new(SystemClock),
+            Arc::new(Silent),
+        ),
+        ReconcileSettings {
+            grace_ms: 30_000,
+            ..ReconcileSettings::default()
+        },
+    )
+}
+
 pub async fn reconcile(env: &BenchEnv, rows: &mut Table) -> Reconcile {
     let grants = env.reconcile_grants;
     const SHARDS: u32 = 4;
@@ -153,20 +177,7 @@ pub async fn reconcile(env: &BenchEnv, rows: &mut Table) -> Reconcile {
     grant_every_unit(&redis, &def, granted_at).await;
     issue_every_grant(&ddb, env, &def).await;
 
-    let reconciler = Reconciler::new(
-        reconcile_ports(
-            &redis,
-            &tables,
-            SqsRedrive::new(plain_sqs, &env.queue_url, None),
-            Arc::new(DynamoFacts::new(tables.clone())),
-            Arc::new(SystemClock),
-            Arc::new(Silent),
-        ),
-        ReconcileSettings {
-            grace_ms: 30_000,
-            ..ReconcileSettings::default()
-        },
-    );
+    let reconciler = bench_reconciler(&redis, &tables, plain_sqs, &env.queue_url);
     let start = Instant::now();
     let report = reconciler.coupon(&def, now_ms()).await.expect("reconcile");
     let seconds = start.elapsed().as_secs_f64();

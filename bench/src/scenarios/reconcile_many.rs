@@ -4,16 +4,10 @@
 //! may still need work. Run first, so the benchmark's DynamoDB holds these
 //! coupons and no other scenario's.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use coupon_adapters::assemble::reconcile_ports;
-use coupon_adapters::dynamodb::{DynamoCouponRepository, DynamoFacts, Tables};
-use coupon_adapters::sqs::SqsRedrive;
+use coupon_adapters::dynamodb::{DynamoCouponRepository, Tables};
 use coupon_domain::catalog::CouponRepository;
-use coupon_domain::clock::SystemClock;
-use coupon_domain::reconcile::{ReconcileSettings, Reconciler};
-use coupon_domain::testing::Silent;
 use futures::StreamExt;
 
 use super::{coupon, now_ms, preheat, sdk, store, unique, HOUR};
@@ -63,17 +57,7 @@ pub async fn reconcile_many(env: &BenchEnv, rows: &mut Table) -> ReconcileMany {
             }
         })
         .await;
-    let reconciler = Reconciler::new(
-        reconcile_ports(
-            &redis,
-            &tables,
-            SqsRedrive::new(sqs, &env.queue_url, None),
-            Arc::new(DynamoFacts::new(tables.clone())),
-            Arc::new(SystemClock),
-            Arc::new(Silent),
-        ),
-        ReconcileSettings::default(),
-    );
+    let reconciler = super::reconcile::bench_reconciler(&redis, &tables, sqs, &env.queue_url);
     let start = Instant::now();
     let first = reconciler.run().await.expect("first pass");
     let first_seconds = start.elapsed().as_secs_f64();
