@@ -4,7 +4,8 @@ use std::sync::Arc;
 use super::*;
 use crate::clock::ManualClock;
 use crate::coupon::{CouponStatus, Wave};
-use crate::outcome::RiskReason;
+use crate::grab::ports::PeekReply;
+use crate::outcome::{Rejection, RiskReason};
 use crate::testing::{MemoryLiveCoupons, ScriptedStandings};
 
 const NOW: i64 = 1_000_000;
