@@ -44,7 +44,7 @@ async fn a_win_the_replica_lacks(pair: &ReplicaSet) -> (Harness, CouponId) {
     let h = Harness::with(on(pair)).await;
     let def = h.coupon(5);
     let coupon = h.create(&def).await;
-    assert_eq!(h.grab(&coupon, "u1", "r1").await.code(), "SUCCESS");
+    assert_eq!(h.grab_until_decided(&coupon, "u1", "r1").await.code(), "SUCCESS");
 
     pair.stop_replicas();
     let lagging = h.grab(&coupon, "u2", "r1").await;
@@ -65,7 +65,7 @@ async fn a_win_is_success_only_once_a_replica_holds_it() {
 /// The replicas resume; `u2`'s press `r1`, retried on `h`, replays its win.
 async fn replayed_once_the_replicas_catch_up(pair: &ReplicaSet, h: &Harness, coupon: &CouponId) {
     pair.resume_replicas();
-    let retry = h.grab(coupon, "u2", "r1").await;
+    let retry = h.grab_until_decided(coupon, "u2", "r1").await;
     assert_eq!(retry.code(), "SUCCESS", "{}", retry.body);
     assert_eq!(retry.body["data"]["replayed"], true);
 }
@@ -116,7 +116,7 @@ async fn a_failover_to_a_replica_that_lagged_loses_no_success() {
     let coupon = h.create(&def).await;
     let mut told = Vec::new();
     for user in ["u1", "u2"] {
-        let resp = h.grab(&coupon, user, "r1").await;
+        let resp = h.grab_until_decided(&coupon, user, "r1").await;
         assert_eq!(resp.code(), "SUCCESS");
         told.push(resp.grant_id().unwrap());
     }
@@ -142,7 +142,7 @@ async fn a_failover_to_a_replica_that_lagged_loses_no_success() {
     .await;
     after.own.lock().unwrap().insert(coupon.clone());
     for (user, request) in [("u3", "r1"), ("u4", "r1"), ("u1", "r1")] {
-        let resp = after.grab(&coupon, user, request).await;
+        let resp = after.grab_until_decided(&coupon, user, request).await;
         if resp.code() == "SUCCESS" {
             told.push(resp.grant_id().unwrap());
         }

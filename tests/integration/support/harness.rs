@@ -237,6 +237,23 @@ impl Harness {
         self.send(Event::grab(coupon.as_str(), user, request_id).build()).await
     }
 
+    /// A grab retried with the same request id while it answers BUSY, as
+    /// the app does (a few tries, a short pause between): for a step whose
+    /// replicas are healthy but may be slow to acknowledge on a loaded
+    /// machine (the harness waits 200 ms for them). A BUSY is no broken
+    /// promise, only a pause; the test judges the answer the user ends with.
+    pub async fn grab_until_decided(&self, coupon: &CouponId, user: &str, request_id: &str) -> Resp {
+        let mut resp = self.grab(coupon, user, request_id).await;
+        for _ in 0..10 {
+            if resp.code() != "BUSY" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            resp = self.grab(coupon, user, request_id).await;
+        }
+        resp
+    }
+
     /// Remaining stock over all shards.
     pub async fn stock(&self, def: &CouponDefinition) -> i64 {
         let mut conn = self.redis.connection();
