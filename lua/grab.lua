@@ -29,15 +29,28 @@
 --   {'UNVERIFIED'}          (commit or whole) the server restarted since the
 --                           shard was verified: BUSY until the reconciler
 --                           has checked it (verify.lua)
--- Only WIN and BORROW store a record; rejections store nothing, so a retry
--- after a rejection is decided afresh (as Stripe does for requests that
--- never began executing).
+-- A refusal at admission (or in a whole claim with no risk places) stores
+-- nothing, so a retry after it is decided afresh (as Stripe does for
+-- requests that never began executing). A refusal at commit ends a press
+-- that began: it holds risk places, which it gives back now, and another
+-- copy of it (a retry from a fresh instance, on another clock) may be past
+-- its own reservation, holding the same places (HELD). That copy must not
+-- win once the places are given back, so the refusal is stored as
+-- L|<reply> and every copy ends as this one did (NOT_FOUND excepted: no
+-- state, BUSY, nothing decided).
 local meta, users, req, outbox, borrowing = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local step, user, level, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local device, request_id, ttl = ARGV[5], ARGV[6], ARGV[7]
 
 local prior = redis.call('GET', req)
 if prior then return {'REPLAY', prior} end
+
+local function refuse(reply)
+  if step == 'commit' and reply[1] ~= 'NOT_FOUND' then
+    redis.call('SET', req, 'L|' .. table.concat(reply, '|'), 'PX', ttl)
+  end
+  return reply
+end
 
 -- Every refusal the shard decides (lib.lua); the admission takes the rate
 -- limit's token, so a commit does not take a second one.
@@ -48,7 +61,7 @@ else
   refused, m, claimed, stock, _, gone = refusal(meta, users, user, level, now,
     step == 'commit' and 'skip' or 'take', device)
 end
-if refused then return refused end
+if refused then return refuse(refused) end
 if step == 'admit' then return {'ADMITTED'} end
 -- A claim writes what sells (a unit, or a reservation that borrows one):
 -- never on state a restart may have rolled back (lib.lua, verified()).
@@ -65,7 +78,7 @@ if not verified(meta) then return {'UNVERIFIED'} end
 if stock <= 0 then
   local floor = tonumber(redis.call('HGET', meta, 'w') or '0') - SKEW_MS
   if floor > now then
-    if floor >= tonumber(m[3]) then return {'ENDED'} end
+    if floor >= tonumber(m[3]) then return refuse({'ENDED'}) end
     stock, _, _, gone = sellable(tonumber(m[10]), m[14], m[15], floor)
   end
 end

@@ -224,3 +224,56 @@ async fn a_refused_copy_of_a_press_keeps_the_places_the_other_copy_holds() {
     let on_device: i64 = conn.scard(h.redis.keys().device_holds(&device, day)).await.unwrap();
     assert_eq!(on_device, 2, "someone's place on the device, and the first copy's");
 }
+
+/// Two copies of one press on instances whose clocks disagree, both past
+/// their risk reservation (the second finds the first's places HELD): the
+/// copy on the clock behind is refused at its commit (the sale has not
+/// started there) and gives the places back. Its refusal is stored, so the
+/// copy on the clock ahead, committing after it, hears the same refusal;
+/// it used to win there, on places nobody held any more, a claim counted
+/// against no limit.
+#[tokio::test]
+async fn a_press_refused_at_its_commit_is_refused_for_every_copy() {
+    use coupon_adapters::redis::RedisLedger;
+    use coupon_domain::grab::ports::{Claim, ClaimReply, ClaimStep, Recorded, StockLedger};
+    use coupon_domain::ids::{RequestId, UserId};
+    use coupon_domain::outcome::Rejection;
+
+    let h = Harness::new().await;
+    let mut def = h.coupon(3);
+    def.grab_start_ms = crate::support::T0 + 1_000;
+    let coupon = h.create(&def).await;
+    let ledger = RedisLedger::new(h.redis.clone());
+    let (user, request) = (UserId::parse("twins").unwrap(), RequestId::parse("r1").unwrap());
+    let copy_at = |now_ms| Claim {
+        coupon: &coupon,
+        home_shard: 0,
+        user: &user,
+        level: 0,
+        request: &request,
+        device: None,
+        now_ms,
+    };
+    let behind = ledger
+        .claim(&copy_at(crate::support::T0), ClaimStep::Commit)
+        .await
+        .unwrap();
+    let refused = Rejection::NotStarted {
+        starts_at_ms: def.grab_start_ms,
+    };
+    assert_eq!(behind, ClaimReply::Rejected(refused.clone()));
+    let ahead = ledger
+        .claim(&copy_at(crate::support::T0 + 2_000), ClaimStep::Commit)
+        .await
+        .unwrap();
+    assert_eq!(
+        ahead,
+        ClaimReply::Replay(Recorded::Closed(refused)),
+        "the first copy's end"
+    );
+    assert_eq!(h.stock(&def).await, 3, "nothing sold to the press");
+    // A new press of the user's, once the sale opened, wins as ever.
+    h.clock.advance(2_000);
+    let again = h.grab(&coupon, "twins", "r2").await;
+    assert_eq!(again.code(), "SUCCESS", "{}", again.body);
+}

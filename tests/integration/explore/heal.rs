@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use coupon_adapters::dynamodb::{DynamoEntries, DynamoFacts, DynamoIssueLedger};
+use coupon_domain::clock::Clock;
 use coupon_domain::ids::{CouponId, UserId};
 use coupon_domain::issuance::IssueLedger;
 use coupon_domain::lottery::ports::Entries;
@@ -264,6 +265,50 @@ pub(super) async fn heal(world: &World) {
 
 /// In a draw world, whether the draw is recorded and DynamoDB holds a
 /// coupon for each of its winners (true in any other world).
+/// Each win counts against the risk limits it was reserved under: the
+/// user's daily claims hold the press, and so do its device's claims. A
+/// copy of the press that won on places another copy gave back would
+/// count against none (the explorer's model never rolls the risk keys
+/// back, so a missing place is the protocol's doing).
+async fn wins_hold_their_places(world: &World) -> Vec<String> {
+    use redis::AsyncCommands;
+    let limits = &world.h.config.risk;
+    let day = limits.day(world.h.clock.now_ms());
+    let keys = world.h.redis.keys();
+    let mut conn = world.h.redis.connection();
+    let mut out = Vec::new();
+    for (u, log) in world.users.iter().enumerate() {
+        let won: Vec<String> = {
+            let log = log.lock().unwrap();
+            let wins = log.finals.iter().filter(|(_, f)| f.starts_with("SUCCESS"));
+            wins.map(|(request, _)| request.clone()).collect()
+        };
+        let user = UserId::parse(&user_name(u)).unwrap();
+        for request in won {
+            let press = format!("{}:{request}", world.def.coupon_id);
+            if limits.daily_claims_per_user > 0 {
+                let held: bool = conn.hexists(keys.user_claims(&user, day), &press).await.unwrap_or(true);
+                if !held {
+                    out.push(format!(
+                        "{user} {request} won, and the user's daily claims do not count it"
+                    ));
+                }
+            }
+            if let (Some(device), true) = (world.device(u), limits.claims_per_device > 0) {
+                let member = format!("{user}|{press}");
+                let held: bool = conn
+                    .sismember(keys.device_claims(&device, day), &member)
+                    .await
+                    .unwrap_or(true);
+                if !held {
+                    out.push(format!("{user} {request} won, and its device's claims do not count it"));
+                }
+            }
+        }
+    }
+    out
+}
+
 async fn drawn_and_issued(world: &World) -> bool {
     if !world.draws() {
         return true;
@@ -396,6 +441,9 @@ pub(super) async fn judge(world: &World) -> Vec<String> {
                 ));
             }
         }
+    }
+    if !world.draws() {
+        out.extend(wins_hold_their_places(world).await);
     }
     if held_total > world.def.total_stock {
         out.push(format!(

@@ -7,8 +7,10 @@
 //! - `B|<ordinal>|<epoch>|<ms>`: the request's claim is reserved on its
 //!   home shard while it borrows a unit from another (settled by
 //!   `lua/settle.lua`).
-//! - `L|SOLD_OUT`, `L|OFFLINE`, `L|ENDED`: the request lost, remembered so
-//!   its retry hears the same answer.
+//! - `L|<refusal>` (`L|SOLD_OUT`, `L|ENDED`, `L|BETWEEN_WAVES|<ms>`, ...,
+//!   the script's reply joined by `|`): the request lost after it began (a
+//!   borrow that ended without a unit, a commit refused after the risk
+//!   reservation), remembered so every copy and retry hears the same answer.
 //!
 //! The domain sees only [`Recorded`] and [`GrantRecord`]; the text is this
 //! store's format, as DynamoDB's items are `super::super::dynamodb`'s.
@@ -20,6 +22,7 @@ use coupon_domain::ids::GrantId;
 use coupon_domain::outcome::Rejection;
 
 use super::conn::protocol;
+use super::ledger::rejection;
 
 /// A `W|...` record; `None` for anything else (another kind, or a
 /// malformed one).
@@ -55,14 +58,19 @@ pub(super) fn parse_recorded(what: &'static str, record: &str) -> Result<Recorde
     if let Some(rec) = parse_win(record) {
         return Ok(Recorded::Won(rec));
     }
-    match record {
-        "L|SOLD_OUT" => return Ok(Recorded::SoldOut),
-        "L|OFFLINE" => return Ok(Recorded::Closed(Rejection::Offline)),
-        "L|ENDED" => return Ok(Recorded::Closed(Rejection::Ended)),
-        _ => {}
-    }
-    if let Some(at) = record.strip_prefix("L|BETWEEN_WAVES|").and_then(|at| at.parse().ok()) {
-        return Ok(Recorded::Closed(Rejection::BetweenWaves { next_wave_at_ms: at }));
+    if let Some(reply) = record.strip_prefix("L|") {
+        // The refusal as the script answered it, its fields joined by `|`.
+        let reply: Vec<String> = reply.split('|').map(str::to_owned).collect();
+        return match rejection(what, &reply)? {
+            Rejection::SoldOut => Ok(Recorded::SoldOut),
+            // Never stored: no state decides nothing, and a commit takes
+            // no token of the rate limit.
+            Rejection::NotFound | Rejection::RateLimited { .. } => Err(protocol(
+                what,
+                format!("a stored loss that decides nothing: {record:?}"),
+            )),
+            reason => Ok(Recorded::Closed(reason)),
+        };
     }
     if let Some(rest) = record.strip_prefix("B|") {
         // B|<ordinal>|<epoch>|<reservedAtMs>
@@ -117,6 +125,25 @@ mod tests {
             parse_recorded("t", "L|OFFLINE"),
             Ok(Recorded::Closed(Rejection::Offline))
         ));
+        // A commit's refusal, stored with its details.
+        assert!(matches!(
+            parse_recorded("t", "L|BETWEEN_WAVES|1700000000000"),
+            Ok(Recorded::Closed(Rejection::BetweenWaves {
+                next_wave_at_ms: 1_700_000_000_000
+            }))
+        ));
+        assert!(matches!(
+            parse_recorded("t", "L|NOT_ELIGIBLE|3"),
+            Ok(Recorded::Closed(Rejection::NotEligible { min_level: 3 }))
+        ));
+        assert!(matches!(
+            parse_recorded("t", "L|ALREADY_CLAIMED"),
+            Ok(Recorded::Closed(Rejection::AlreadyClaimed))
+        ));
+        // What decides nothing is never a stored loss.
+        assert!(parse_recorded("t", "L|NOT_FOUND").is_err());
+        assert!(parse_recorded("t", "L|RATE_LIMITED|5").is_err());
+        assert!(parse_recorded("t", "L|NOT_ELIGIBLE|x").is_err());
         assert!(parse_recorded("t", "X|1").is_err());
         assert!(parse_recorded("t", "B|x").is_err());
     }

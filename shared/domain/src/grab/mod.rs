@@ -74,8 +74,8 @@ pub use dry_run::{DryRun, Eligibility};
 pub use entry::{EntryOutcome, EntryRequest, EntryStanding, EntryView, ENTRY_REQUEST};
 pub use memory::CouponMemory;
 use ports::{
-    Claim, ClaimReply, ClaimStep, CouponCatalog, GrantPublisher, Recorded, RepairRequests, RiskDecision, RiskGuard,
-    RiskHold, StockLedger,
+    Claim, ClaimReply, ClaimStep, CouponCatalog, Decision, GrantPublisher, Recorded, RepairRequests, RiskDecision,
+    RiskGuard, RiskHold, StockLedger,
 };
 
 /// How long an instance remembers that a coupon id is unknown to the
@@ -316,6 +316,15 @@ impl GrabService {
         // without a hold in hand gives back what the press holds: the
         // attempt that decided it may have died before its release, and a
         // press that never won must not count against a limit.
+        // A loss decided now (a commit's refusal, a borrow's end) is stored
+        // under the request id, and another copy of the press may hold
+        // these same places: they go back only once a replica holds the
+        // loss, so no failover can let that copy win on them.
+        let fresh_loss = decided.outcome.is_err() && !decided.replayed;
+        let hold = match hold {
+            Some(h) if fresh_loss && !h.is_empty() && !self.loss_is_kept(claim).await => None,
+            other => other,
+        };
         if decided.outcome.is_err() {
             match hold.as_ref() {
                 Some(h) => self.release(h).await,
@@ -332,6 +341,32 @@ impl GrabService {
                     self.sold_out.remember(&req.coupon, claim.now_ms);
                 }
                 Ok(rejected(reason, decided.replayed))
+            }
+        }
+    }
+
+    /// Whether a replica holds the press's stored loss (with no replica
+    /// to wait for, at once). A failover losing it would let a copy of the
+    /// press that holds the same places win on them once they are given
+    /// back; until a replica vouches, the places stay taken: the user is
+    /// over-counted by one claim until the day ends, the safe side of a
+    /// limit.
+    async fn loss_is_kept(&self, claim: &Claim<'_>) -> bool {
+        let loss = Decision::Reserved {
+            user: claim.user,
+            request: claim.request,
+        };
+        match self.ledger.replicated(claim.coupon, claim.home_shard, loss).await {
+            Ok(true) => true,
+            Ok(false) => {
+                warn!("no replica holds the press's loss yet; its risk places stay taken");
+                self.metrics.count(Metric::RiskReleaseFailed, None, 1);
+                false
+            }
+            Err(e) => {
+                warn!(error = %e, "the press's loss could not be checked; its risk places stay taken");
+                self.metrics.count(Metric::RiskReleaseFailed, None, 1);
+                false
             }
         }
     }

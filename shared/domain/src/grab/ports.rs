@@ -43,11 +43,15 @@ pub enum Recorded {
         /// at this instant, whichever copy, retry or reconciler runs it.
         at_ms: i64,
     },
-    /// A borrow found every shard empty.
+    /// A borrow found every shard empty, or a commit found the coupon
+    /// sold out after the press's risk reservation.
     SoldOut,
-    /// A borrow ended because the coupon stopped selling meanwhile (taken
-    /// offline, or its window over): [`Rejection::Offline`] or
-    /// [`Rejection::Ended`]. Nothing was taken; the claim was given back.
+    /// The press lost after it began, for this reason: a borrow ended
+    /// because the coupon stopped selling meanwhile (taken offline, its
+    /// window over, between two waves), or a commit refused it after its
+    /// risk reservation (any refusal the home shard decides). Nothing was
+    /// taken; every copy of the press answers this, so a copy holding the
+    /// places this one gives back never wins on them.
     Closed(Rejection),
 }
 
@@ -240,7 +244,9 @@ pub enum Decision<'a> {
     },
     /// The request has a record on its home shard: a borrow's reservation,
     /// or whatever settled it since (a take for a claim the home forgot
-    /// would be a unit nobody counts).
+    /// would be a unit nobody counts), or a stored loss (risk places given
+    /// back for a loss a failover forgets would let another copy of the
+    /// press win on them).
     Reserved {
         /// Whose press.
         user: &'a UserId,

@@ -99,7 +99,9 @@ async fn a_borrow_that_finds_the_coupon_closed_takes_nothing_and_says_why() {
             "claim".to_string(),
             format!("replicated:{home}"),
             format!("take:{first_donor}"),
-            "settle".into()
+            "settle".into(),
+            // The stored loss, held by a replica before the hold goes back.
+            format!("replicated:{home}"),
         ],
         "no other donor is asked once one says the coupon is closed"
     );

@@ -162,6 +162,34 @@ async fn a_loser_gives_its_risk_hold_back_and_sends_nothing() {
     assert!(w.queue.sent.lock().unwrap().is_empty());
 }
 
+/// A commit's refusal is stored, and another copy of the press may hold
+/// the same places: they go back only once a replica holds the loss (a
+/// failover that forgot it would let that copy win on places given back).
+#[tokio::test]
+async fn a_loser_keeps_its_risk_hold_until_a_replica_holds_its_loss() {
+    let w = world(
+        ScriptedLedger {
+            shards: 1,
+            claim: Some(ClaimReply::Rejected(Rejection::AlreadyClaimed)),
+            unreplicated: true,
+            ..Default::default()
+        },
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+    );
+    let outcome = w.service.grab(&request("u")).await.unwrap();
+    assert!(matches!(outcome, GrabOutcome::Rejected { .. }));
+    assert_eq!(
+        *w.risk.released.lock().unwrap(),
+        0,
+        "kept: the loss may yet be forgotten"
+    );
+    assert_eq!(
+        w.ledger.vouched.lock().unwrap().as_slice(),
+        [(0, "reserved".to_owned())]
+    );
+}
+
 #[tokio::test]
 async fn a_replayed_win_is_sent_again_and_keeps_its_own_hold() {
     let w = world(
