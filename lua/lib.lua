@@ -20,7 +20,9 @@
 --   W|<grantId>|<ordinal>|<shard>|<grantedAtMs>   a win
 --   B|<ordinal>|<epoch>|<reservedAtMs>            a reservation waiting on a borrow
 --   L|SOLD_OUT                                    a borrow that found nothing
---   L|OFFLINE, L|ENDED                            a borrow the coupon closed on
+--   L|OFFLINE, L|ENDED, L|BETWEEN_WAVES|<ms>      a borrow the coupon closed on
+--   L|<refusal>                                   a commit refused (grab.lua):
+--                                                 the reply, fields joined by |
 
 -- Takes one unit of this shard's stock for (user, ordinal): bumps the shard's
 -- grant sequence, appends the grant to the outbox under the stream id
