@@ -181,15 +181,7 @@ async fn a_wait_that_reaches_a_promoted_replica_without_the_win_vouches_for_noth
     pair.partition();
     let cut_off = h.grab(&coupon, "u1", "r1").await;
     assert_eq!(cut_off.code(), "BUSY", "no replica holds it: not a SUCCESS");
-    let claim = Claim {
-        coupon: &coupon,
-        home_shard: 0,
-        user: &user,
-        level: 0,
-        request: &request,
-        device: None,
-        now_ms: 0,
-    };
+    let claim = crate::support::plain_claim(&coupon, &user, &request, 0);
     let old = RedisLedger::new(h.redis.clone());
     let Some(Recorded::Won(record)) = old.recorded(&claim).await.unwrap() else {
         panic!("the old primary holds the win");

@@ -129,15 +129,7 @@ async fn a_repeated_reservation_or_release_counts_once_and_the_daily_limit_holds
         let (risk, user, coupon) = (&risk, user.clone(), coupon.clone());
         async move {
             let request = RequestId::parse(request).unwrap();
-            let claim = Claim {
-                coupon: &coupon,
-                home_shard: 0,
-                user: &user,
-                level: 0,
-                request: &request,
-                device: None,
-                now_ms: crate::support::T0,
-            };
+            let claim = crate::support::plain_claim(&coupon, &user, &request, crate::support::T0);
             risk.reserve(&claim, ip).await.unwrap()
         }
     };
@@ -245,15 +237,7 @@ async fn a_press_refused_at_its_commit_is_refused_for_every_copy() {
     let coupon = h.create(&def).await;
     let ledger = RedisLedger::new(h.redis.clone());
     let (user, request) = (UserId::parse("twins").unwrap(), RequestId::parse("r1").unwrap());
-    let copy_at = |now_ms| Claim {
-        coupon: &coupon,
-        home_shard: 0,
-        user: &user,
-        level: 0,
-        request: &request,
-        device: None,
-        now_ms,
-    };
+    let copy_at = |now_ms| crate::support::plain_claim(&coupon, &user, &request, now_ms);
     let behind = ledger
         .claim(&copy_at(crate::support::T0), ClaimStep::Commit)
         .await

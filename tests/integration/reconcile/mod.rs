@@ -78,15 +78,7 @@ async fn a_grant_whose_lambda_died_after_the_lua_call_is_re_driven() {
     // no SQS send ever happened.
     let user = UserId::parse("crashed").unwrap();
     let request = RequestId::parse("r1").unwrap();
-    let claim = Claim {
-        coupon: &coupon,
-        home_shard: 0,
-        user: &user,
-        level: 0,
-        request: &request,
-        device: None,
-        now_ms: h.clock.now_ms(),
-    };
+    let claim = crate::support::plain_claim(&coupon, &user, &request, h.clock.now_ms());
     assert!(matches!(
         h.stock_ledger().claim(&claim, ClaimStep::Whole).await.unwrap(),
         ClaimReply::Won(_)

@@ -399,3 +399,22 @@ impl Harness {
         }
     }
 }
+
+/// A claim on shard 0 by a user of level 0 without a device: the press a
+/// test hands the ledger or the risk guard directly, at `now_ms`.
+pub fn plain_claim<'a>(
+    coupon: &'a coupon_domain::ids::CouponId,
+    user: &'a coupon_domain::ids::UserId,
+    request: &'a coupon_domain::ids::RequestId,
+    now_ms: i64,
+) -> coupon_domain::grab::ports::Claim<'a> {
+    coupon_domain::grab::ports::Claim {
+        coupon,
+        home_shard: 0,
+        user,
+        level: 0,
+        request,
+        device: None,
+        now_ms,
+    }
+}

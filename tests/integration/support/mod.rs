@@ -26,7 +26,7 @@ mod wallet;
 
 pub use admin::admin_send_to;
 pub use events::{send, send_all, sqs_event, Event, Resp};
-pub use harness::{homed_on, Harness, Options};
+pub use harness::{homed_on, plain_claim, Harness, Options};
 pub use replica::{ReplicaSet, Server};
 pub use stack::{unique, Stack, HOUR, T0};
 pub use stream::{CouponStream, TestBus};
