@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use coupon_adapters::redis::RedisLedger;
 use coupon_domain::coupon::CouponDefinition;
-use coupon_domain::grab::ports::{Claim, Decision, Recorded, StockLedger};
+use coupon_domain::grab::ports::{Decision, Recorded, StockLedger};
 use coupon_domain::ids::{CouponId, RequestId, UserId};
 use coupon_domain::reconcile::ports::DurableFacts;
 

@@ -118,7 +118,7 @@ async fn a_replay_of_a_win_that_filled_the_daily_limit_still_returns_the_win() {
 /// and the user could pass the daily limit.
 #[tokio::test]
 async fn a_repeated_reservation_or_release_counts_once_and_the_daily_limit_holds() {
-    use coupon_domain::grab::ports::{Claim, RiskDecision, RiskGuard};
+    use coupon_domain::grab::ports::{RiskDecision, RiskGuard};
     use coupon_domain::ids::{CouponId, RequestId, UserId};
 
     let h = Harness::new().await; // 5 claims per user per day
@@ -227,7 +227,7 @@ async fn a_refused_copy_of_a_press_keeps_the_places_the_other_copy_holds() {
 #[tokio::test]
 async fn a_press_refused_at_its_commit_is_refused_for_every_copy() {
     use coupon_adapters::redis::RedisLedger;
-    use coupon_domain::grab::ports::{Claim, ClaimReply, ClaimStep, Recorded, StockLedger};
+    use coupon_domain::grab::ports::{ClaimReply, ClaimStep, Recorded, StockLedger};
     use coupon_domain::ids::{RequestId, UserId};
     use coupon_domain::outcome::Rejection;
 

@@ -5,7 +5,7 @@
 //! losing a coupon's state mid-sale, and its repair.
 
 use coupon_domain::clock::Clock;
-use coupon_domain::grab::ports::{Claim, ClaimReply, ClaimStep, StockLedger};
+use coupon_domain::grab::ports::{ClaimReply, ClaimStep, StockLedger};
 use coupon_domain::ids::{RequestId, UserId};
 use coupon_domain::reconcile::ports::DurableFacts;
 
