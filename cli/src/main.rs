@@ -12,6 +12,7 @@
 //!
 //! Settings come from the environment, as for the admin function
 //! (`admin::Config`): `REDIS_URL`, `COUPONS_TABLE`, `USER_COUPONS_TABLE`,
+//! `CLAIMS_TABLE`,
 //! `GRANT_QUEUE_URL`, the standard AWS variables (`AWS_ENDPOINT_URL` for a
 //! local endpoint). It runs the admin use cases through `admin::wire`, so a
 //! create here is validated, preheated and audited exactly as through the

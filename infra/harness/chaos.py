@@ -54,7 +54,9 @@ snapshot written earlier in the sale (every node killed by PID, the primary
 started again from it, the replicas synced from it) while presses go on;
 stock added while presses run; the
 coupon created again after Redis lost it; every message delivered twice;
-two reconcilers at once; poison messages on the grant queue.
+two reconcilers at once; poison messages on the grant queue; a flush or a
+restore while the issuer is paused with a backlog of 500 grants and more
+on the queue.
 
 Redis for the run is its own primary and two replicas (of the engine)
 behind a TCP proxy that stands for ElastiCache's primary endpoint, and a
@@ -70,7 +72,7 @@ import sys
 from infra.harness import report as reportmod
 from infra.harness.faults import Engine, RedisPair, SqsFaults
 from infra.harness.sale import ROOT, function_env, serve, stop_serving
-from infra.harness.scenarios import SCENARIOS, SHORT, scenario
+from infra.harness.scenarios import BACKLOG_GRANTS, SCENARIOS, SHORT, scenario
 
 ZERO = ["oversell", "duplicates", "lost", "rejected_after_success", "early"]
 
@@ -104,9 +106,12 @@ MAX_UNAVAILABLE_MS = 10_000
 
 def passed(r, availability=False):
     """The promise: every figure 0 and every SUCCESS issued; with
-    `availability`, also open again within MAX_UNAVAILABLE_MS."""
+    `availability`, also open again within MAX_UNAVAILABLE_MS (and, in a
+    backlog scenario, at least BACKLOG_GRANTS grants queued at the fault)."""
     kept = all(r[k] == 0 for k in ZERO) and r["issued"] == r["winners"] and r["drift"] == 0
-    return kept and (not availability or (r.get("unavailable_ms") or 0) <= MAX_UNAVAILABLE_MS)
+    # A backlog scenario measures what it claims only with the backlog there.
+    backlog = "queued_at_fault" not in r or (r["queued_at_fault"] or 0) >= BACKLOG_GRANTS
+    return kept and (not availability or ((r.get("unavailable_ms") or 0) <= MAX_UNAVAILABLE_MS and backlog))
 
 
 def main():
@@ -157,6 +162,9 @@ def main():
             slow = passed(r) and not passed(r, availability=True)
             print(f"  {label:<12}{name:<24}" + "".join(f"{str(r[c]):>{width}}" for c in cols)
                   + ("   <- FAILED" if not ok else f"   <- closed over {MAX_UNAVAILABLE_MS} ms" if slow else ""))
+    for key, r in flat.items():
+        if "queued_at_fault" in r:
+            print(f"  {key}: {r['queued_at_fault']} grants on the queue at the fault (the issuer paused)")
     page = out.with_suffix(".html")
     page.write_text(reportmod.render_chaos(flat, not failed), encoding="utf-8")
     print(f"\n  report: {out.relative_to(ROOT)}, charts: {page.relative_to(ROOT)}")

@@ -270,7 +270,8 @@ def render_chaos(results, ok):
     summary = {
         n: ", ".join(
             f"{k} {results[n][k]}"
-            for k in ["winners", "issued", *ZERO, "drift", "busy", "unavailable_ms", "recovery_ms"]
+            for k in ["winners", "issued", *ZERO, "drift", "busy", "unavailable_ms", "recovery_ms",
+                      "queued_at_fault"]
             if k in results[n]
         )
         for n in names

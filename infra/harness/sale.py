@@ -261,6 +261,9 @@ class Issuance:
         self.pump = pumpmod.Pump()
         self.duplicate, self.reconcilers, self.tick = duplicate, reconcilers, tick
         self.stop = threading.Event()
+        # Set: the issuer's event source is paused (nothing is delivered),
+        # as an issuer throttled to nothing or disabled by an operator.
+        self.paused = threading.Event()
         self.reports = []
         self.threads = [threading.Thread(target=loop, daemon=True)
                         for loop in (self.issue_loop, self.repair_loop, self.tick_loop)]
@@ -305,7 +308,7 @@ class Issuance:
                 time.sleep(0.2)
 
     def issue_loop(self):
-        self.pumping(self.deliver)
+        self.pumping(lambda: 0 if self.paused.is_set() else self.deliver())
 
     def repair_loop(self):
         self.pumping(self.pump.repair)

@@ -84,9 +84,11 @@ class Run:
         self.name, self.rig = name, rig
         fault = name.removesuffix(WAVED)
         users = 120 if short else 300
-        # snapshot_restore: units left when the restore lands, so every
-        # press could win.
-        stock = users if fault == "snapshot_restore" else 40 if short else 100
+        # snapshot_restore and the backlog scenarios: units left when the
+        # fault lands, so every press could win (the time to sell again is
+        # measured on presses that can win).
+        every_press_wins = fault in ("snapshot_restore", *BACKLOG)
+        stock = users if every_press_wins else 40 if short else 100
         # retry_during_lag: every press on a fresh process, as a retry after a
         # Lambda timeout always is: its connection has written nothing.
         self.host = (grab_host(rig["env"]) if name == "crash_after_decision"
@@ -95,18 +97,21 @@ class Run:
         # coupon is created, the rest WAVE_GAP_SECONDS later.
         waves = ([(3.0, stock * 3 // 4), (3.0 + WAVE_GAP_SECONDS, stock - stock * 3 // 4)]
                  if name.endswith(WAVED) else None)
-        self.sale = Sale(name, stock, 4 if fault == "snapshot_restore" else 2, users, seed,
+        self.sale = Sale(name, stock, 4 if every_press_wins else 2, users, seed,
                          host_press(self.host) if self.host else watch_press, waves=waves)
         self.issuance = Issuance(duplicate=name == "duplicate_delivery",
                                  reconcilers=2 if name == "concurrent_reconcilers" else 1)
         self.sale.create()
         self.people = [f"{name}-u{i}" for i in range(users)]
         self.beside, self.beside_thread = None, None
-        if name == "flush_beside_other_sales":
-            self.sell_beside(users, seed + 1)
+        self.backlog, self.queued_at_fault = [], None
         self.injected = []
         self.healed = []  # when the fault ended (its last step), for recovery_ms
         self.began = time.monotonic()
+        if name == "flush_beside_other_sales":
+            self.sell_beside(users, seed + 1)
+        if fault in BACKLOG:
+            self.sell_backlog(seed + 1)
 
     def sell_beside(self, users, seed):
         """Another coupon sells at a steady rate from before the fault until
@@ -121,6 +126,22 @@ class Run:
                                               kwargs={"per_second": 3}, daemon=True)
         self.beside_thread.start()
         time.sleep(2)
+
+    def sell_backlog(self, seed):
+        """The issuer paused, then other coupons sold out, every press a
+        win, so that at least BACKLOG_GRANTS grants are on the grant queue
+        (several coupons' lanes) before this sale starts; this sale's own
+        wins queue behind them. The issuer stays paused until this sale's
+        presses are over (`finish`)."""
+        self.issuance.paused.set()
+        per_coupon = BACKLOG_GRANTS // 2
+        for k in range(2):
+            other = Sale(f"{self.name}_backlog{k}", per_coupon, 2, per_coupon, seed + k)
+            other.create()
+            other.run_wave([f"{self.name}-q{k}-{i}" for i in range(per_coupon)], 1, {})
+            self.backlog.append(other)
+        self.note(f"issuer paused; {sum(len(o.told) for o in self.backlog)} grants of 2 other coupons sold "
+                  f"(queue: {self.issuance.pump.in_flight()} messages)")
 
     def note(self, what, ends_fault=False):
         """Logs a step of the fault; `ends_fault` marks its end (recovery_ms
@@ -138,18 +159,25 @@ class Run:
         if self.beside:
             self.beside_thread.join()
             self.note(f"the other coupon's sale ended ({self.beside.codes['SUCCESS']} SUCCESS)")
+        if self.backlog:
+            self.note(f"presses over; the issuer resumes with {self.issuance.pump.in_flight()} messages queued")
+            self.issuance.paused.clear()
         if self.host:
             if self.host.recycle:
                 self.note(f"{self.host.restarts} grab processes started fresh, one per press")
             self.host.close()
         result = judge(self.sale, self.issuance.settle(self.sale.coupon))
-        if self.beside:
-            other = judge(self.beside, self.issuance.settle(self.beside.coupon))
+        # The promise over every sale of the scenario; availability on this one.
+        for label, sale in ([("beside", self.beside)] if self.beside else []) + [
+                (f"backlog{k}", b) for k, b in enumerate(self.backlog)]:
+            other = judge(sale, self.issuance.settle(sale.coupon))
             for key in ("winners", "issued", "oversell", "duplicates", "lost", "rejected_after_success", "unsold",
                         "early"):
                 result[key] += other[key]
             result["drift"] = (result["drift"] or 0) + (other["drift"] or 0)
-            result["beside"] = other
+            result[label] = other
+        if self.backlog:
+            result["queued_at_fault"] = self.queued_at_fault
         result.update(availability(self.sale.answers, self.healed[0] if self.healed else None))
         result["injected"] = self.injected
         # Repair requests grabs sent when they found the coupon's state gone,
@@ -187,9 +215,31 @@ def flush_one(run):
         deleted = run.rig["redis"].cli(
             "EVAL", "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do "
             "n = n + redis.call('DEL', k) end return n", "0", f"*cpn:{run.sale.coupon}:*").strip()
-        run.note(f"this coupon's Redis state deleted ({deleted} keys) while the other coupon sells",
+        run.note(f"this coupon's Redis state deleted ({deleted} keys); the other coupons' state is kept",
                  ends_fault=True)
     return {0.3: flush}
+
+
+def flush_with_backlog(run):
+    # This coupon's keys deleted (a lost node's slots) while the issuer is
+    # paused with the backlog, and this sale's own wins, on the queue.
+    flush = flush_one(run)[0.3]
+
+    def flush_queued():
+        run.queued_at_fault = run.issuance.pump.in_flight()
+        flush()
+    return {0.3: flush_queued}
+
+
+def snapshot_restore_with_backlog(run):
+    # snapshot_restore while the issuer is paused: no grant of the sale has
+    # reached DynamoDB, so only the claims tell the check what was sold.
+    step = snapshot_restore(run)[0.0]
+
+    def restore_queued():
+        step()
+        run.queued_at_fault = run.issuance.pump.in_flight()
+    return {0.0: restore_queued}
 
 
 def recreate_after_loss(run):
@@ -298,11 +348,18 @@ FAULTS = {
     "snapshot_restore": snapshot_restore,
     "crash_after_decision": crash_after_decision,
     "poison_messages": poison_messages,
+    "flush_with_backlog": flush_with_backlog,
+    "snapshot_restore_with_backlog": snapshot_restore_with_backlog,
 }
+# The scenarios with a backlog: the issuer paused and at least
+# BACKLOG_GRANTS grants of other coupons on the queue before the sale.
+BACKLOG = ("flush_with_backlog", "snapshot_restore_with_backlog")
+BACKLOG_GRANTS = 500
 # A failover must land while units are still being won: arrivals spread
 # over a few seconds instead of a burst that sells out in one (presses per
 # second; the others as fast as the clients go).
-PACE = {"snapshot_restore": 50, "failover_rollback": 80, "retry_during_lag": 80}
+PACE = {"snapshot_restore": 50, "snapshot_restore_with_backlog": 50, "failover_rollback": 80,
+        "retry_during_lag": 80}
 
 
 # `<fault>_waves`: the fault during the first release wave of a coupon
@@ -343,8 +400,9 @@ SCENARIOS = [
     "sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale",
     "recreate_after_loss", "duplicate_delivery", "concurrent_reconcilers", "poison_messages", "retry_during_lag",
     "snapshot_restore", "flush_beside_other_sales", "redis_flush_waves", "failover_rollback_waves",
-    "snapshot_restore_waves", "redis_flush_lottery", "duplicate_delivery_lottery",
+    "snapshot_restore_waves", "redis_flush_lottery", "duplicate_delivery_lottery", "flush_with_backlog",
+    "snapshot_restore_with_backlog",
 ]
 SHORT = ["sqs_outage", "crash_after_decision", "redis_flush", "failover_rollback", "refill_during_sale",
          "retry_during_lag", "snapshot_restore", "flush_beside_other_sales", "redis_flush_waves",
-         "redis_flush_lottery"]
+         "redis_flush_lottery", "flush_with_backlog", "snapshot_restore_with_backlog"]

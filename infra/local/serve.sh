@@ -28,6 +28,7 @@ exec cargo lambda watch \
   --env-var "REPAIR_QUEUE_URL=$REPAIR_QUEUE_URL" \
   --env-var "COUPONS_TABLE=$COUPONS_TABLE" \
   --env-var "USER_COUPONS_TABLE=$USER_COUPONS_TABLE" \
+  --env-var "CLAIMS_TABLE=$CLAIMS_TABLE" \
   --env-var "EVENT_BUS_NAME=${EVENT_BUS_NAME:-coupon-events}" \
   --env-var "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL" \
   "${endpoints[@]}" \

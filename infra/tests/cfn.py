@@ -57,7 +57,7 @@ def required_settings():
         block = config_source(function).split("impl Config {", 1)[1].split("\nimpl ", 1)[0]
         names = set(re.findall(r'env\.required\("([A-Z_]+)"\)', block))
         if "TableNames::from_env(env)" in block:
-            names |= {"COUPONS_TABLE", "USER_COUPONS_TABLE"}
+            names |= {"COUPONS_TABLE", "USER_COUPONS_TABLE", "CLAIMS_TABLE"}
         if "RedisSettings::from_env(env)" in block or "RedisSettings::is_configured(env)" in block:
             names.add("REDIS_URL|REDIS_HOST")
         found[function] = names

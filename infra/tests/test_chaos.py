@@ -39,6 +39,14 @@ def test_a_sale_closed_longer_than_ten_seconds_fails_the_full_run_but_not_the_pr
     assert not chaos.passed({**kept, "lost": 1})
 
 
+def test_a_backlog_scenario_whose_fault_found_too_few_grants_queued_fails_the_full_run():
+    kept = {"oversell": 0, "duplicates": 0, "lost": 0, "rejected_after_success": 0, "early": 0, "issued": 40,
+            "winners": 40, "drift": 0, "unavailable_ms": 4_000, "queued_at_fault": scenarios.BACKLOG_GRANTS - 1}
+    assert chaos.passed(kept)
+    assert not chaos.passed(kept, availability=True)
+    assert chaos.passed({**kept, "queued_at_fault": scenarios.BACKLOG_GRANTS}, availability=True)
+
+
 WAVES = [(1_000, 2), (5_000, 1)]
 
 

@@ -116,13 +116,13 @@ def test_every_function_takes_memory_and_timeout_as_parameters():
                 assert isinstance(ref, dict) and ref.get("Ref") in tpl["Parameters"], (name, prop)
 
 
-def test_the_grab_function_reads_items_by_key_and_the_live_index_and_writes_only_lottery_entries():
+def test_the_grab_function_reads_items_by_key_and_the_live_index_and_writes_only_entries_and_claims():
     """The grab reads a coupon's definition only when Redis knows nothing of
     it (lost or never created), a lottery's draw and a user's entry, and
-    queries the definitions-only `live` index for the coupon center; the one
-    thing it writes is a lottery entry (a put, with the draw's freeze
-    checked in the same transaction): it never updates or deletes, never
-    scans, never queries the table itself."""
+    queries the definitions-only `live` index for the coupon center; what
+    it writes is a lottery entry (a put, with the draw's freeze checked in
+    the same transaction) and a win's claim (a put in the claims table):
+    it never updates or deletes, never scans, never queries a table."""
     policies = template()["Resources"]["GrabFunction"]["Properties"]["Policies"]
     dynamodb = [
         statement
@@ -136,7 +136,9 @@ def test_the_grab_function_reads_items_by_key_and_the_live_index_and_writes_only
                          "Resource": {"GetAtt": "CouponsTable.Arn"},
                          "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["ENTRIES#*"]}}},
                         {"Effect": "Allow", "Action": "dynamodb:Query",
-                         "Resource": {"Sub": "${CouponsTable.Arn}/index/live"}}], dynamodb
+                         "Resource": {"Sub": "${CouponsTable.Arn}/index/live"}},
+                        {"Effect": "Allow", "Action": "dynamodb:PutItem",
+                         "Resource": {"GetAtt": "ClaimsTable.Arn"}}], dynamodb
     assert "dynamodb" not in json.dumps([p for p in policies if "Statement" not in p]).lower()
 
 

@@ -47,9 +47,6 @@ impl IssueLedger for ThrottleOne {
     ) -> Result<(), IssueError> {
         self.inner.raise_high_water(coupon, shard, seq).await
     }
-    async fn acknowledge_barrier(&self, barrier: &coupon_domain::barrier::Barrier) -> Result<(), IssueError> {
-        self.inner.acknowledge_barrier(barrier).await
-    }
 }
 
 #[tokio::test]
@@ -190,4 +187,44 @@ async fn two_grants_for_one_claim_are_both_known_to_the_durable_store() {
     assert!(known.contains(&issued.grant_id), "{known:?}");
     let report = h.reconcile(&def).await;
     assert_eq!((report.pending, report.redriven), (0, 0), "{report:?}");
+}
+
+/// A grant's claim is written once, and again only identically: the same
+/// id for another grant (a shard that rolled back and minted it again) is
+/// refused as such, and holds up none of the other claims beside it.
+#[tokio::test]
+async fn a_claim_is_refused_for_another_grant_under_a_claimed_id_and_holds_up_no_other() {
+    use coupon_adapters::dynamodb::DynamoClaims;
+    use coupon_domain::grab::ports::{ClaimError, GrantClaims};
+
+    let h = Harness::new().await;
+    let def = h.coupon(10);
+    let coupon = h.create(&def).await;
+    assert_eq!(h.grab(&coupon, "first", "r1").await.code(), "SUCCESS");
+    let first: Grant = serde_json::from_str(h.receive().await[0].body().unwrap()).unwrap();
+    let again = Grant {
+        user_id: coupon_domain::ids::UserId::parse("someone-else").unwrap(),
+        ..first.clone()
+    };
+    let beside = Grant {
+        grant_id: GrantId::new(&coupon, 0, 999),
+        ..first.clone()
+    };
+    let claims = DynamoClaims::new(h.tables.clone());
+
+    let answers = claims.claim(&[first.clone(), again, beside.clone()], 5_000).await;
+
+    assert!(answers[0].is_ok(), "the same claim again: {:?}", answers[0]);
+    assert!(
+        matches!(&answers[1], Err(ClaimError::Reminted(id)) if *id == first.grant_id),
+        "{:?}",
+        answers[1]
+    );
+    assert!(answers[2].is_ok(), "{:?}", answers[2]);
+    let mut stored = h.facts().claims(&coupon).await.unwrap();
+    let mut expected = vec![first, beside];
+    for list in [&mut stored, &mut expected] {
+        list.sort_by(|a, b| a.grant_id.as_str().cmp(b.grant_id.as_str()));
+    }
+    assert_eq!(stored, expected, "the first grant's claim stands");
 }

@@ -1,5 +1,5 @@
-//! AWS calls per issued coupon: a sale through the real SQS publisher,
-//! then the issuer as the event source mapping calls it, every SDK call
+//! AWS calls per issued coupon: a sale through the real SQS publisher and
+//! the real claims table, then the issuer as the event source mapping calls it, every SDK call
 //! counted by an interceptor.
 
 use std::sync::Arc;
@@ -20,7 +20,8 @@ use crate::{BenchEnv, Row, Table};
 
 /// AWS calls per issued coupon and the issuer's pace.
 pub struct Aws {
-    /// Grab's SQS sends plus the issuer's DynamoDB calls, per coupon issued.
+    /// Grab's calls (the claim put and the SQS send of each win) plus the
+    /// issuer's DynamoDB calls, per coupon issued.
     pub per_coupon: f64,
     /// The issuer's DynamoDB calls per grant.
     pub dynamodb_per_grant: f64,
@@ -90,7 +91,11 @@ pub async fn aws_calls(env: &BenchEnv, rows: &mut Table) -> Aws {
         .await
         .expect("create");
     // The sale: 8 instances wired as deployed, with the real SQS publisher.
-    let config = grab_config(&env.redis_url, false, &env.queue_url, 1_000);
+    // The real claims table: each win's claim is one of the grab's calls.
+    let config = grab::Config {
+        claims_table: env.tables.claims.clone(),
+        ..grab_config(&env.redis_url, false, &env.queue_url, 1_000)
+    };
     let mut apps = Vec::new();
     for _ in 0..8 {
         let clients = grab_clients(store(&env.redis_url, false).await, sqs.clone(), ddb.clone());
@@ -129,7 +134,7 @@ pub async fn aws_calls(env: &BenchEnv, rows: &mut Table) -> Aws {
     let per_grant = ddb_calls as f64 / issued as f64;
     let per_sec = issued as f64 / issuing.as_secs_f64();
     rows.push(Row {
-        name: "AWS calls per issued coupon (grab SQS + issuer DynamoDB)".into(),
+        name: "AWS calls per issued coupon (grab claim + SQS, issuer DynamoDB)".into(),
         value: per_coupon,
         unit: "calls",
         note: format!("grab {grab_calls:?}; issuer {issuer_calls:?}"),

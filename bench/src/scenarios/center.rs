@@ -42,6 +42,7 @@ async fn centers(
         let redis = store(&env.redis_url, false).await;
         let mut ports = grab::ports(&config, grab_clients(redis.clone(), sqs.clone(), ddb.clone()));
         ports.grab.publisher = Arc::new(CountingQueue::default());
+        ports.grab.claims = Arc::new(coupon_domain::testing::FakeClaims::default());
         let live = MemoryLiveCoupons::default();
         *live.coupons.lock().unwrap() = defs.to_vec();
         let center = CenterPorts {

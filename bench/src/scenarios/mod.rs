@@ -12,6 +12,7 @@ use coupon_domain::config::RiskLimits;
 use coupon_domain::coupon::{CouponDefinition, CouponStatus};
 use coupon_domain::grab::ports::GrantPublisher;
 use coupon_domain::ids::CouponId;
+use coupon_domain::testing::FakeClaims;
 use coupon_edge::EdgeSettings;
 use grab::GrabApp;
 
@@ -119,6 +120,7 @@ pub(crate) fn grab_config(url: &str, cluster: bool, queue_url: &str, sold_out_ms
         // Only used when Redis lost a coupon, which no scenario does.
         repair_queue_url: "http://unused.invalid/repairs.fifo".into(),
         coupons_table: "unused".into(),
+        claims_table: "unused".into(),
         sqs: AwsCallSettings {
             max_attempts: 3,
             operation_timeout_ms: 30_000,
@@ -185,6 +187,7 @@ pub(crate) async fn apps(
             grab_clients(store(url, cluster).await, sqs.clone(), ddb.clone()),
         );
         ports.grab.publisher = publisher.clone();
+        ports.grab.claims = Arc::new(FakeClaims::default());
         if wiring == Wiring::ScriptOnly {
             ports.grab.risk = Arc::new(AllowAll);
         }

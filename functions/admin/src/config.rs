@@ -64,13 +64,14 @@ mod tests {
             ("REDIS_URL", "redis://h"),
             ("COUPONS_TABLE", "c"),
             ("USER_COUPONS_TABLE", "u"),
+            ("CLAIMS_TABLE", "k"),
             ("GRANT_QUEUE_URL", "http://q"),
         ];
         assert!(!Config::read(&Env::from_pairs(&base)).unwrap().local_mode);
         let mut local = base.to_vec();
         local.push(("ADMIN_LOCAL_MODE", "true"));
         assert!(Config::read(&Env::from_pairs(&local)).unwrap().local_mode);
-        let err = Config::read(&Env::from_pairs(&base[..3])).unwrap_err();
+        let err = Config::read(&Env::from_pairs(&base[..4])).unwrap_err();
         assert_eq!(err.to_string(), "GRANT_QUEUE_URL is required but not set");
     }
 }

@@ -23,6 +23,10 @@ pub struct Config {
     /// coupon, to tell "lost" (BUSY) from "never created" (404), and its
     /// `live` index queried for the coupon center.
     pub coupons_table: String,
+    /// `CLAIMS_TABLE`: each win's claim is put there before its grant is
+    /// sent (what a rebuild after a cache loss reads of the grants on
+    /// their way).
+    pub claims_table: String,
     /// `SQS_MAX_ATTEMPTS` (3) and `SQS_TIMEOUT_MS` (1000).
     pub sqs: AwsCallSettings,
     /// Risk rules.
@@ -56,6 +60,7 @@ impl Config {
             queue_url: queue_url(env, "GRANT_QUEUE_URL")?,
             repair_queue_url: queue_url(env, "REPAIR_QUEUE_URL")?,
             coupons_table: env.required("COUPONS_TABLE")?,
+            claims_table: env.required("CLAIMS_TABLE")?,
             sqs: AwsCallSettings {
                 max_attempts: env.number("SQS_MAX_ATTEMPTS", 3, 1..=10)?,
                 operation_timeout_ms: env.number("SQS_TIMEOUT_MS", 1_000, 50..=30_000)?,
@@ -93,6 +98,7 @@ mod tests {
         ("GRANT_QUEUE_URL", "http://localhost:4566/000000000000/grants"),
         ("REPAIR_QUEUE_URL", "http://localhost:4566/000000000000/repairs"),
         ("COUPONS_TABLE", "coupons"),
+        ("CLAIMS_TABLE", "claims"),
     ];
 
     fn env_with(extra: &[(&str, &str)]) -> Env {

@@ -27,7 +27,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use coupon_adapters::dynamodb::{DynamoCatalog, DynamoEntries, DynamoLiveCoupons};
+use coupon_adapters::dynamodb::{DynamoCatalog, DynamoClaims, DynamoEntries, DynamoLiveCoupons};
 use coupon_adapters::redis::{Redis, RedisLedger, RedisRisk, RedisStandings};
 use coupon_adapters::sqs::{SqsPublisher, SqsRepairs};
 use coupon_adapters::{aws, secrets};
@@ -350,6 +350,10 @@ pub fn ports(config: &Config, clients: Clients) -> Ports {
         ledger: Arc::new(RedisLedger::new(clients.redis.clone())),
         risk: Arc::new(RedisRisk::new(clients.redis, config.risk)),
         publisher: Arc::new(SqsPublisher::new(clients.sqs.clone(), config.queue_url.clone())),
+        claims: Arc::new(DynamoClaims::in_table(
+            clients.dynamodb.clone(),
+            config.claims_table.clone(),
+        )),
         catalog: Arc::new(DynamoCatalog::new(
             clients.dynamodb.clone(),
             config.coupons_table.clone(),

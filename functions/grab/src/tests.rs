@@ -156,12 +156,14 @@ fn app_over(ledger: ScriptedLedger, queue: Arc<FakeQueue>, catalog: MemoryCatalo
         ("GRANT_QUEUE_URL", "http://127.0.0.1:1/q"),
         ("REPAIR_QUEUE_URL", "http://127.0.0.1:1/repairs"),
         ("COUPONS_TABLE", "coupons"),
+        ("CLAIMS_TABLE", "claims"),
     ]))
     .unwrap();
     let grab = GrabPorts {
         ledger: Arc::new(ledger),
         risk: Arc::new(FakeRisk::allowing()),
         publisher: queue,
+        claims: Arc::new(coupon_domain::testing::FakeClaims::default()),
         catalog: Arc::new(catalog),
         repairs: Arc::new(FakeRepairs::default()),
         entries: Arc::new(coupon_domain::testing::MemoryEntries::default()),

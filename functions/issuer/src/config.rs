@@ -41,7 +41,12 @@ mod tests {
     fn the_tables_are_required_and_named_when_missing() {
         let err = Config::read(&Env::from_pairs(&[("COUPONS_TABLE", "c")])).unwrap_err();
         assert_eq!(err.to_string(), "USER_COUPONS_TABLE is required but not set");
-        let cfg = Config::read(&Env::from_pairs(&[("COUPONS_TABLE", "c"), ("USER_COUPONS_TABLE", "u")])).unwrap();
+        let cfg = Config::read(&Env::from_pairs(&[
+            ("COUPONS_TABLE", "c"),
+            ("USER_COUPONS_TABLE", "u"),
+            ("CLAIMS_TABLE", "k"),
+        ]))
+        .unwrap();
         assert_eq!(cfg.concurrency, 16);
     }
 }

@@ -2,8 +2,8 @@
 //! out.
 //!
 //! The grant queue is FIFO (one message group per lane of a coupon, see
-//! `coupon_domain::barrier`), and a batch may hold the reconciler's
-//! barriers beside grants. Grants of a batch are issued concurrently. Each one that fails is named
+//! `coupon_domain::barrier`). Grants of a batch are issued concurrently.
+//! Each one that fails is named
 //! in `batchItemFailures`, so SQS re-delivers exactly those and never the
 //! ones that succeeded; a poison message keeps failing until
 //! `maxReceiveCount` moves it to the dead-letter queue (holding the rest
@@ -15,10 +15,7 @@
 //! durable high-water mark raised (one write per shard, not per grant); a
 //! grant whose shard's mark could not be written is reported failed, so no
 //! message is acknowledged before the mark that lets the reconciler see its
-//! shard roll back. Barriers come last, in delivery order: one is
-//! acknowledged (in DynamoDB) only if every earlier message of its lane in
-//! the batch was issued and marked; otherwise it is reported failed with
-//! them, and comes back behind them.
+//! shard roll back.
 //!
 //! [`wire`] builds the function over real clients (or, in tests, over a
 //! ledger that injects faults), for `main.rs` and the integration tests.
@@ -30,7 +27,6 @@ use std::sync::Arc;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use coupon_adapters::aws;
 use coupon_adapters::dynamodb::{Client, DynamoCouponRepository, DynamoIssueLedger, Tables};
-use coupon_domain::barrier::QueueMessage;
 use coupon_domain::clock::{Clock, SystemClock};
 use coupon_domain::grant::Grant;
 use coupon_domain::issuance::{IssueFailure, IssueLedger, IssuerService};
@@ -54,19 +50,16 @@ pub struct Issuer {
 }
 
 /// A batch's messages by message id, in delivery order; `None` for one
-/// that is neither a grant nor a barrier (poison).
-type Batch = Vec<(String, Option<QueueMessage>)>;
+/// that is not a grant (poison).
+type Batch = Vec<(String, Option<Grant>)>;
 
 /// Issues one batch: its grants, then the marks of the shards that minted
-/// them, then its barriers; names every message that must come back.
+/// them; names every message that must come back.
 pub async fn handle(issuer: &Issuer, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
     let messages = parse_batch(event.payload.records)?;
     let now = issuer.clock.now_ms();
-    // Poison fails, a barrier waits for step 3, a grant for step 1.
-    let mut failed: Vec<bool> = messages
-        .iter()
-        .map(|(_, m)| !matches!(m, Some(QueueMessage::Barrier(_))))
-        .collect();
+    // Poison fails; a grant as step 1 says.
+    let mut failed = vec![true; messages.len()];
     // 1. Grants, concurrently (their order does not matter: each is
     //    idempotent under its own key).
     let issued = issue_grants(issuer, &messages, now).await;
@@ -75,16 +68,6 @@ pub async fn handle(issuer: &Issuer, event: LambdaEvent<SqsEvent>) -> Result<Sqs
     }
     // 2. The marks of the shards that minted them.
     for i in unmarked(issuer, &messages, &issued).await {
-        failed[i] = true;
-    }
-    // 3. Barriers, last and in order: each only behind grants of its lane
-    //    that are issued and marked.
-    let batch: Vec<(Option<&QueueMessage>, bool)> = messages
-        .iter()
-        .zip(&failed)
-        .map(|((_, m), &f)| (m.as_ref(), f))
-        .collect();
-    for i in issuer.service.acknowledge_barriers(&batch).await {
         failed[i] = true;
     }
     Ok(failures(messages, &failed))
@@ -105,7 +88,7 @@ fn parse_batch(records: Vec<SqsMessage>) -> Result<Batch, Error> {
         .into_iter()
         .map(|record| {
             let id = record.message_id.unwrap_or_default();
-            match QueueMessage::parse(record.body.as_deref().unwrap_or_default()) {
+            match Grant::from_message(record.body.as_deref().unwrap_or_default()) {
                 Ok(message) => (id, Some(message)),
                 Err(e) => {
                     error!(message = %id, error = %e, "poison message; it will reach the dead-letter queue");
@@ -121,7 +104,7 @@ fn parse_batch(records: Vec<SqsMessage>) -> Result<Batch, Error> {
 async fn issue_grants(issuer: &Issuer, messages: &Batch, now: i64) -> Vec<(usize, bool)> {
     stream::iter(messages.iter().enumerate())
         .filter_map(|(i, (id, message))| async move {
-            let Some(QueueMessage::Grant(grant)) = message else {
+            let Some(grant) = message else {
                 return None;
             };
             Some((i, id, grant))
@@ -151,21 +134,18 @@ async fn unmarked(issuer: &Issuer, messages: &Batch, issued: &[(usize, bool)]) -
     let seen: Vec<Grant> = issued
         .iter()
         .filter(|&&(_, ok)| ok)
-        .filter_map(|&(i, _)| match &messages[i].1 {
-            Some(QueueMessage::Grant(g)) => Some(g.clone()),
-            _ => None,
-        })
+        .filter_map(|&(i, _)| messages[i].1.clone())
         .collect();
     let shards = issuer.service.raise_high_water(&seen).await;
     messages
         .iter()
         .enumerate()
-        .filter_map(|(i, (_, message))| match message {
-            Some(QueueMessage::Grant(g)) => shards
+        .filter_map(|(i, (_, message))| {
+            let g = message.as_ref()?;
+            shards
                 .iter()
                 .any(|(c, s)| c == g.grant_id.coupon() && *s == g.grant_id.shard())
-                .then_some(i),
-            _ => None,
+                .then_some(i)
         })
         .collect()
 }

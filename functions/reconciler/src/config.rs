@@ -116,6 +116,7 @@ mod tests {
         let tables = [
             ("COUPONS_TABLE", "c"),
             ("USER_COUPONS_TABLE", "u"),
+            ("CLAIMS_TABLE", "k"),
             ("GRANT_QUEUE_URL", "http://q"),
         ];
         let err = Config::read(&Env::from_pairs(&tables)).unwrap_err();
@@ -134,6 +135,7 @@ mod tests {
             ("REDIS_URL", "redis://h"),
             ("COUPONS_TABLE", "c"),
             ("USER_COUPONS_TABLE", "u"),
+            ("CLAIMS_TABLE", "k"),
             ("GRANT_QUEUE_URL", "http://q"),
             ("RECONCILE_RETENTION_HOURS", "0"),
         ]);

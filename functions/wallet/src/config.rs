@@ -50,6 +50,7 @@ mod tests {
             ("REDIS_URL", "redis://h"),
             ("COUPONS_TABLE", "c"),
             ("USER_COUPONS_TABLE", "u"),
+            ("CLAIMS_TABLE", "k"),
         ]))
         .unwrap();
         assert!(!cfg.http.trust_identity_headers);

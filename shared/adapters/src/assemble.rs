@@ -9,7 +9,7 @@ use coupon_domain::metrics::Metrics;
 use coupon_domain::reconcile::ports::DurableFacts;
 use coupon_domain::reconcile::ReconcilePorts;
 
-use crate::dynamodb::{DynamoBlacklist, DynamoEntries, Tables};
+use crate::dynamodb::{DynamoBlacklist, DynamoClaims, DynamoEntries, Tables};
 use crate::redis::{Redis, RedisBlacklistFlags, RedisLedger, RedisLive, RedisRepair};
 use crate::sqs::SqsRedrive;
 
@@ -28,6 +28,7 @@ pub fn reconcile_ports(
         repair: Arc::new(RedisRepair::new(redis.clone())),
         ledger: Arc::new(RedisLedger::new(redis.clone())),
         redrive: Arc::new(redrive),
+        claims: Arc::new(DynamoClaims::new(tables.clone())),
         blacklist: Arc::new(DynamoBlacklist::new(tables.clone())),
         flags: Arc::new(RedisBlacklistFlags::new(redis.clone())),
         live: Arc::new(RedisLive::new(redis.clone())),

@@ -132,23 +132,28 @@ impl RedisSettings {
     }
 }
 
-/// The two DynamoDB tables, by name: `COUPONS_TABLE` (definitions,
-/// counters, rejections, audit log, blacklist) and `USER_COUPONS_TABLE`
-/// (the users' coupons). Every function that touches DynamoDB reads both.
+/// The three DynamoDB tables, by name: `COUPONS_TABLE` (definitions,
+/// counters, rejections, audit log, blacklist), `USER_COUPONS_TABLE` (the
+/// users' coupons) and `CLAIMS_TABLE` (the claim of every grant sent, what
+/// a rebuild reads of the grants on their way). Every function that
+/// touches DynamoDB reads all three.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableNames {
     /// `COUPONS_TABLE`.
     pub coupons: String,
     /// `USER_COUPONS_TABLE`.
     pub user_coupons: String,
+    /// `CLAIMS_TABLE`.
+    pub claims: String,
 }
 
 impl TableNames {
-    /// Reads both names; each is required.
+    /// Reads the three names; each is required.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self {
             coupons: env.required("COUPONS_TABLE")?,
             user_coupons: env.required("USER_COUPONS_TABLE")?,
+            claims: env.required("CLAIMS_TABLE")?,
         })
     }
 }
@@ -221,9 +226,12 @@ mod tests {
     }
 
     #[test]
-    fn both_table_names_are_required_and_named_when_missing() {
+    fn every_table_name_is_required_and_named_when_missing() {
         let err = TableNames::from_env(&Env::from_pairs(&[("COUPONS_TABLE", "c")])).unwrap_err();
         assert_eq!(err, ConfigError::Missing("USER_COUPONS_TABLE"));
+        let err =
+            TableNames::from_env(&Env::from_pairs(&[("COUPONS_TABLE", "c"), ("USER_COUPONS_TABLE", "u")])).unwrap_err();
+        assert_eq!(err, ConfigError::Missing("CLAIMS_TABLE"));
     }
 
     #[test]

@@ -3,13 +3,12 @@
 //! The grant queue is FIFO: each grant travels in its coupon's lane
 //! (`coupon_domain::barrier::group_of`, a message group), deduplicated by
 //! its grant id for SQS's five minutes (a re-drive of a grant whose first
-//! send did land is dropped by SQS, and absorbed by the issuer after), and
-//! the reconciler's barriers travel behind them in the same groups.
+//! send did land is dropped by SQS, and absorbed by the issuer after).
 
 use async_trait::async_trait;
 pub use aws_sdk_sqs::Client;
 
-use coupon_domain::barrier::{group_of, Barrier};
+use coupon_domain::barrier::group_of;
 use coupon_domain::error::PublishError;
 use coupon_domain::grab::ports::GrantPublisher;
 use coupon_domain::grant::Grant;
@@ -54,7 +53,7 @@ impl GrantPublisher for SqsPublisher {
     }
 }
 
-/// Re-drives grants (and sends barriers) to the issuer's queue and reads
+/// Re-drives grants to the issuer's queue and reads
 /// the dead-letter queue, for the reconciler.
 #[derive(Debug, Clone)]
 pub struct SqsRedrive {
@@ -109,21 +108,6 @@ impl coupon_domain::reconcile::ports::Redrive for SqsRedrive {
             Ok(sent) => sent,
             Err(elapsed) => Err(PublishError(Box::new(elapsed))),
         }
-    }
-
-    async fn send_barriers(&self, barriers: &[Barrier]) -> Result<(), PublishError> {
-        let messages: Vec<(String, String, String)> = barriers
-            .iter()
-            .map(|b| (b.group(), b.dedup_id(), b.to_body()))
-            .collect();
-        let want = messages.len();
-        let sent = self.send_batches(messages).await?;
-        if sent < want {
-            return Err(PublishError(
-                format!("{} of {want} barriers were not accepted", want - sent).into(),
-            ));
-        }
-        Ok(())
     }
 
     async fn dlq_depth(&self) -> Result<Option<u64>, PublishError> {

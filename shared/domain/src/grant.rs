@@ -29,6 +29,22 @@ pub struct Grant {
     pub granted_at_ms: i64,
 }
 
+impl Grant {
+    /// Parses a grant queue message's body; the error names what is wrong
+    /// without echoing the body (which may be anything).
+    pub fn from_message(body: &str) -> Result<Self, String> {
+        serde_json::from_str::<Self>(body).map_err(|e| {
+            let why = match e.classify() {
+                serde_json::error::Category::Io => "io",
+                serde_json::error::Category::Syntax => "invalid JSON",
+                serde_json::error::Category::Data => "wrong fields",
+                serde_json::error::Category::Eof => "truncated JSON",
+            };
+            format!("not a grant: {why}")
+        })
+    }
+}
+
 /// The part of a grant the stock ledger records under the request id, so
 /// a replay of the request answers with the same grant (the Redis adapter
 /// stores it as `W|<grantId>|<ordinal>|<shard>|<grantedAtMs>`).
@@ -66,5 +82,28 @@ impl GrantRecord {
             shard: self.shard,
             granted_at_ms: self.granted_at_ms,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_message_parses_as_the_grant_it_carries_and_anything_else_is_named_not_echoed() {
+        let grant = Grant {
+            grant_id: GrantId::parse("spring-0-7").unwrap(),
+            coupon_id: CouponId::parse("spring").unwrap(),
+            user_id: UserId::parse("u1").unwrap(),
+            ordinal: 1,
+            request_id: RequestId::parse("r1").unwrap(),
+            shard: 0,
+            granted_at_ms: 5,
+        };
+        let body = serde_json::to_string(&grant).unwrap();
+        assert_eq!(Grant::from_message(&body), Ok(grant));
+        assert_eq!(Grant::from_message("{}"), Err("not a grant: wrong fields".into()));
+        let err = Grant::from_message("{\"secret\": ").unwrap_err();
+        assert_eq!(err, "not a grant: truncated JSON");
     }
 }

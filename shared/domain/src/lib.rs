@@ -14,8 +14,8 @@
 //! - [`grab`]: one press of the button, decided in one atomic call on the
 //!   user's home shard, borrowing from other shards before SOLD_OUT.
 //! - [`issuance`]: grants become coupons, exactly once; [`barrier`]: the
-//!   lanes a coupon's grants travel in, and how the reconciler learns that
-//!   every one sent before an instant has arrived.
+//!   lanes a coupon's grants (and their claims) travel in, and the durable
+//!   record of the reconciler's wait after a fault.
 //! - [`reconcile`]: re-drive, repair and report, so Redis and DynamoDB
 //!   agree; its arithmetic is pure and tested alone.
 //! - [`admin`]: operating a campaign, every change audited; [`catalog`]:

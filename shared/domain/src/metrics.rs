@@ -17,7 +17,8 @@ use serde_json::{json, Map, Value};
 pub enum Metric {
     /// grab: one per press, by `Outcome` (a code, or `UNAVAILABLE`).
     GrabOutcome,
-    /// grab: a win whose grant SQS did not take (the press answered BUSY).
+    /// grab: a win whose grant SQS did not take, or whose claim DynamoDB did
+    /// not write first (the press answered BUSY).
     GrantQueueFailed,
     /// grab: a win (or a borrow's step) no replica acknowledged in time,
     /// or that the shard's node no longer holds after a failover (BUSY).

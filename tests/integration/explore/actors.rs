@@ -11,7 +11,7 @@ use coupon_domain::issuance::IssueLedger;
 use coupon_domain::reconcile::CouponReport;
 use lambda_runtime::LambdaEvent;
 
-use super::gated::{GatedIssue, GatedLedger, GatedRedrive, GatedRepair};
+use super::gated::{GatedClaims, GatedIssue, GatedLedger, GatedRedrive, GatedRepair};
 use super::sched::ActorId;
 use super::world::{user_name, World, SEND_WINDOW_MS};
 use crate::support::{sqs_event, Harness};
@@ -155,6 +155,10 @@ pub(super) async fn reconciler_actor(world: Arc<World>, actor: ActorId, passes: 
             });
             ports.redrive = Arc::new(GatedRedrive {
                 inner: ports.redrive,
+                gate: gate.clone(),
+            });
+            ports.claims = Arc::new(GatedClaims {
+                inner: ports.claims,
                 gate: gate.clone(),
             });
             ports

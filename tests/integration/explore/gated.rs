@@ -15,13 +15,12 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use coupon_domain::barrier::Barrier;
 use coupon_domain::clock::{Clock, ManualClock};
 use coupon_domain::coupon::{CouponDefinition, StoredCoupon};
 use coupon_domain::error::{PublishError, StoreError};
 use coupon_domain::grab::ports::{
-    BorrowEnd, Claim, ClaimReply, ClaimStep, Decision, EntryReply, GrantPublisher, Peek, PeekReply, Recorded,
-    RiskDecision, RiskGuard, RiskHold, StockLedger, TakeReply,
+    BorrowEnd, Claim, ClaimError, ClaimReply, ClaimStep, Decision, EntryReply, GrantClaims, GrantPublisher, Peek,
+    PeekReply, Recorded, RiskDecision, RiskGuard, RiskHold, StockLedger, TakeReply,
 };
 use coupon_domain::grant::{Grant, GrantRecord};
 use coupon_domain::ids::{ClientIp, CouponId, DeviceId, UserId};
@@ -263,6 +262,28 @@ impl GrantPublisher for GatedPublisher {
     }
 }
 
+pub struct GatedClaims {
+    pub inner: Arc<dyn GrantClaims>,
+    pub gate: Gate,
+}
+
+#[async_trait]
+impl GrantClaims for GatedClaims {
+    async fn claim(&self, grants: &[Grant], within_ms: u64) -> Vec<Result<(), ClaimError>> {
+        let ids: Vec<String> = grants.iter().map(|g| g.grant_id.to_string()).collect();
+        let label = format!("dynamodb.claim({ids:?})");
+        let call = async { Ok::<_, PublishError>(self.inner.claim(grants, within_ms).await) };
+        match self.gate.within(within_ms as i64, label, call).await {
+            Ok(answers) => answers,
+            // The caller gave up: whatever was written, none is sent.
+            Err(late) => grants
+                .iter()
+                .map(|_| Err(ClaimError::Unavailable(PublishError(late.0.to_string().into()))))
+                .collect(),
+        }
+    }
+}
+
 pub struct GatedIssue {
     pub inner: Arc<dyn IssueLedger>,
     pub gate: Gate,
@@ -286,15 +307,6 @@ impl IssueLedger for GatedIssue {
                 DYNAMODB_TIMEOUT_MS,
                 label,
                 self.inner.raise_high_water(coupon, shard, seq),
-            )
-            .await
-    }
-    async fn acknowledge_barrier(&self, barrier: &Barrier) -> Result<(), IssueError> {
-        self.gate
-            .within(
-                DYNAMODB_TIMEOUT_MS,
-                "dynamodb.acknowledge_barrier()".into(),
-                self.inner.acknowledge_barrier(barrier),
             )
             .await
     }
@@ -351,17 +363,19 @@ impl StockRepair for GatedRepair {
         seq_base: u64,
         holders: &[(UserId, Vec<Held>)],
         taken: &[(UserId, GrantRecord)],
+        outbox: &[Grant],
         now_ms: i64,
     ) -> Result<bool, StoreError> {
         let label = format!(
-            "repair.restore_shard(shard {shard}, {units:?}, seq from {seq_base}, {} take(s))",
-            taken.len()
+            "repair.restore_shard(shard {shard}, {units:?}, seq from {seq_base}, {} take(s), {} on their way)",
+            taken.len(),
+            outbox.len()
         );
         self.gate
             .around(
                 label,
                 self.inner
-                    .restore_shard(stored, shard, units, seq_base, holders, taken, now_ms),
+                    .restore_shard(stored, shard, units, seq_base, holders, taken, outbox, now_ms),
             )
             .await
     }
@@ -412,12 +426,6 @@ impl Redrive for GatedRedrive {
         let label = format!("queue.redrive({ids:?})");
         self.gate
             .within(within_ms as i64, label, self.inner.redrive(grants, within_ms))
-            .await
-    }
-    async fn send_barriers(&self, barriers: &[Barrier]) -> Result<(), PublishError> {
-        let label = format!("queue.send_barriers({})", barriers.len());
-        self.gate
-            .within(SQS_TIMEOUT_MS, label, self.inner.send_barriers(barriers))
             .await
     }
     async fn dlq_depth(&self) -> Result<Option<u64>, PublishError> {

@@ -445,6 +445,27 @@ pub(super) async fn judge(world: &World) -> Vec<String> {
     if !world.draws() {
         out.extend(wins_hold_their_places(world).await);
     }
+    // Every grant that reached DynamoDB was claimed before it was sent,
+    // for the user it went to: a rebuild that found no claim would not
+    // know it was on its way, and could sell its unit again.
+    let claims: BTreeMap<String, String> = facts
+        .claims(coupon)
+        .await
+        .expect("claims")
+        .into_iter()
+        .map(|g| (g.grant_id.to_string(), g.user_id.to_string()))
+        .collect();
+    for (grant, user) in &holder_of {
+        match claims.get(grant) {
+            None => out.push(format!(
+                "{user} holds {grant}, which was never claimed before it was sent"
+            )),
+            Some(claimed) if claimed != user => {
+                out.push(format!("{user} holds {grant}, which was claimed for {claimed}"))
+            }
+            Some(_) => {}
+        }
+    }
     if held_total > world.def.total_stock {
         out.push(format!(
             "{held_total} coupons issued of a stock of {}",

@@ -14,7 +14,9 @@
 //! once, release waves crossed by instances whose clocks disagree, a
 //! message off the queue until a re-drive, the issuer dying after its
 //! write and before its delete (the message is delivered again), the
-//! clock jumping ahead.
+//! clock jumping ahead, the issuer paused for the whole schedule (a
+//! backlog: every grant still on the queue when shards are lost or
+//! restarted and repaired).
 //!
 //! In a fifth of the seeds (a stream of its own, so the other seeds replay
 //! as before) the sale is a lottery instead: the users register (twins
@@ -35,7 +37,7 @@ use coupon_domain::outcome::{GrabOutcome, Rejection, RiskReason};
 use tokio::task::JoinHandle;
 
 use super::actors::{entrant_actor, issuer_actor, reconciler_actor, twin_actor, user_actor};
-use super::gated::{Gate, GatedLedger, GatedPublisher, GatedRisk};
+use super::gated::{Gate, GatedClaims, GatedLedger, GatedPublisher, GatedRisk};
 use super::heal::{fault, heal, judge, node_fault};
 use super::nodes::Nodes;
 use super::sched::{ActorId, Rng, Scheduler};
@@ -253,6 +255,10 @@ impl World {
         });
         ports.grab.risk = Arc::new(GatedRisk {
             inner: ports.grab.risk,
+            gate: gate.clone(),
+        });
+        ports.grab.claims = Arc::new(GatedClaims {
+            inner: ports.grab.claims,
             gate: gate.clone(),
         });
         ports.grab.publisher = Arc::new(GatedPublisher {
@@ -595,8 +601,17 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
         let task = tokio::task::spawn_local(entrant_actor(world.clone(), actor, u));
         world.tasks.lock().unwrap().insert(actor, (Role::Entrant(u), task));
     }
+    // A paused issuer (throttled to nothing, or its event source disabled),
+    // in a quarter of the seeds, from a stream of its own so the others
+    // replay as before: every grant of the schedule stays on the queue
+    // through its faults and repairs, and reaches DynamoDB only in healing.
+    let rounds = rng.between(2, 8) as u32;
+    let paused = Rng::new(seed.rotate_left(41) ^ 0xBAC4_1065).chance(25);
+    if paused {
+        sched.tell("the issuer is paused: every grant stays on the queue until healing".into());
+    }
     let issuer = world.new_actor();
-    let issuer_task = tokio::task::spawn_local(issuer_actor(world.clone(), issuer, rng.between(2, 8) as u32));
+    let issuer_task = tokio::task::spawn_local(issuer_actor(world.clone(), issuer, if paused { 0 } else { rounds }));
     world.tasks.lock().unwrap().insert(issuer, (Role::Issuer, issuer_task));
     let reconciler = world.new_actor();
     let reconciler_task =

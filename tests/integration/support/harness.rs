@@ -137,6 +137,7 @@ impl Harness {
             queue_url: queue_url.clone(),
             repair_queue_url: stack.new_repair_queue().await,
             coupons_table: stack.tables.coupons.clone(),
+            claims_table: stack.tables.claims.clone(),
             sqs: coupon_adapters::config::AwsCallSettings {
                 max_attempts: 3,
                 operation_timeout_ms: 10_000,

@@ -190,6 +190,9 @@ impl DurableFacts for OwnCoupons {
     async fn holdings(&self, c: &CouponId) -> Result<Holdings, StoreError> {
         self.inner.holdings(c).await
     }
+    async fn claims(&self, c: &CouponId) -> Result<Vec<Grant>, StoreError> {
+        self.inner.claims(c).await
+    }
     async fn record_rebuild(&self, c: &CouponId, now: i64, n: u64) -> Result<(), StoreError> {
         self.inner.record_rebuild(c, now, n).await
     }
@@ -207,9 +210,6 @@ impl DurableFacts for OwnCoupons {
     }
     async fn open_barrier(&self, c: &CouponId, r: &BarrierRecord, replacing: Option<&str>) -> Result<bool, StoreError> {
         self.inner.open_barrier(c, r, replacing).await
-    }
-    async fn barrier_sent(&self, c: &CouponId, id: &str, at: i64) -> Result<bool, StoreError> {
-        self.inner.barrier_sent(c, id, at).await
     }
     async fn close_barrier(&self, c: &CouponId, id: &str) -> Result<bool, StoreError> {
         self.inner.close_barrier(c, id).await

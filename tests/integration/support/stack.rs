@@ -1,6 +1,5 @@
 //! Clients for the local services, and names no other test uses.
 
-use coupon_domain::barrier::QueueMessage;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_sdk_sqs::config::Credentials;
@@ -81,6 +80,7 @@ impl Stack {
             tables: TableNames {
                 coupons: env_or("COUPONS_TABLE", "coupons"),
                 user_coupons: env_or("USER_COUPONS_TABLE", "user-coupons"),
+                claims: env_or("CLAIMS_TABLE", "claims"),
             },
             sdk,
         }
@@ -133,16 +133,12 @@ impl Stack {
             .expect("queue url")
     }
 
-    /// Every grant on `queue_url`, received and deleted (a reconciler's
-    /// barriers among them are deleted too).
+    /// Every grant on `queue_url`, received and deleted.
     pub async fn drain(&self, queue_url: &str) -> Vec<Grant> {
         self.drain_bodies(queue_url)
             .await
             .iter()
-            .filter_map(|body| match QueueMessage::parse(body).expect("a grant or a barrier") {
-                QueueMessage::Grant(g) => Some(g),
-                QueueMessage::Barrier(_) => None,
-            })
+            .map(|body| Grant::from_message(body).expect("a grant"))
             .collect()
     }
 

@@ -38,6 +38,7 @@ impl DynamoEntries {
         let names = crate::config::TableNames {
             coupons: coupons_table.into(),
             user_coupons: String::new(),
+            claims: String::new(),
         };
         Self::new(Tables::new(client, &names))
     }

@@ -99,6 +99,10 @@ impl DurableFacts for DynamoFacts {
             .collect())
     }
 
+    async fn claims(&self, coupon: &CouponId) -> Result<Vec<Grant>, StoreError> {
+        super::DynamoClaims::new(self.tables.clone()).all(coupon).await
+    }
+
     async fn issued_grants(&self, grants: &[Grant]) -> Result<HashSet<GrantId>, StoreError> {
         // Two grants may share a key (a second grant for one claim, which
         // the issuer rejects as ORDINAL_TAKEN): each is looked for.
@@ -242,8 +246,6 @@ impl DurableFacts for DynamoFacts {
             opened_ms: get_n(&item, "opened_ms").ok_or_else(|| malformed("barrier", "no opened_ms"))?,
             send_after_ms: get_n(&item, "send_after_ms").ok_or_else(|| malformed("barrier", "no send_after_ms"))?,
             shards: numbers("shards"),
-            sent_ms: get_n(&item, "sent_ms"),
-            lanes_done: numbers("lanes").len() as u32,
         }))
     }
 
@@ -276,23 +278,6 @@ impl DurableFacts for DynamoFacts {
                 .expression_attribute_values(":old", s(old)),
         };
         conditional(put.send().await)
-    }
-
-    async fn barrier_sent(&self, coupon: &CouponId, id: &str, sent_ms: i64) -> Result<bool, StoreError> {
-        let update = self
-            .tables
-            .client
-            .update_item()
-            .table_name(&self.tables.coupons)
-            .key("pk", s(coupon_pk(coupon)))
-            .key("sk", s(keys::BARRIER))
-            .update_expression("SET sent_ms = :t")
-            .condition_expression("barrier_id = :id")
-            .expression_attribute_values(":t", n(sent_ms))
-            .expression_attribute_values(":id", s(id))
-            .send()
-            .await;
-        conditional(update)
     }
 
     async fn close_barrier(&self, coupon: &CouponId, id: &str) -> Result<bool, StoreError> {

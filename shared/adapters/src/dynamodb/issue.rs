@@ -10,8 +10,7 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
-use coupon_domain::barrier::Barrier;
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
 use coupon_domain::coupon::{counter_items_for, CouponDefinition};
 use coupon_domain::error::BoxError;
 use coupon_domain::grant::Grant;
@@ -205,30 +204,10 @@ impl IssueLedger for DynamoIssueLedger {
     async fn raise_high_water(&self, coupon: &CouponId, shard: u32, seq: u64) -> Result<(), IssueError> {
         condition_met_or_moot(raise_mark(&self.tables, coupon, shard, seq).await)
     }
-
-    /// `ADD lanes :lane` on the coupon's `BARRIER` item, only while it is
-    /// that barrier's episode: an older barrier's lane must not count for
-    /// a newer wait, and a closed wait has nothing left to record.
-    async fn acknowledge_barrier(&self, barrier: &Barrier) -> Result<(), IssueError> {
-        let result = self
-            .tables
-            .client
-            .update_item()
-            .table_name(&self.tables.coupons)
-            .key("pk", s(coupon_pk(&barrier.coupon_id)))
-            .key("sk", s(keys::BARRIER))
-            .update_expression("ADD lanes :lane")
-            .condition_expression("barrier_id = :id")
-            .expression_attribute_values(":lane", AttributeValue::Ns(vec![barrier.lane.to_string()]))
-            .expression_attribute_values(":id", s(&barrier.barrier_id))
-            .send()
-            .await;
-        condition_met_or_moot(result)
-    }
 }
 
 /// An update whose condition only guards against doing it again (a mark
-/// already as high, a wait already closed): a failed condition is a
+/// already as high): a failed condition is a
 /// success, anything else an error classified for the retry.
 fn condition_met_or_moot<T>(
     result: Result<T, SdkError<UpdateItemError, aws_sdk_dynamodb::config::http::HttpResponse>>,

@@ -1,5 +1,5 @@
 //! Item plumbing shared by the DynamoDB adapters: keys, attribute values,
-//! the two tables and their paged reads, and parsing what the items hold.
+//! the three tables and their paged reads, and parsing what the items hold.
 
 use std::collections::HashMap;
 
@@ -52,13 +52,14 @@ pub(super) fn malformed(what: &'static str, detail: impl Into<String>) -> StoreE
     }
 }
 
-/// The two tables over one client, shared by every DynamoDB adapter of a
+/// The three tables over one client, shared by every DynamoDB adapter of a
 /// function. Cheap to clone (the client is reference-counted).
 #[derive(Debug, Clone)]
 pub struct Tables {
     pub(super) client: Client,
     pub(super) coupons: String,
     pub(super) user_coupons: String,
+    pub(super) claims: String,
 }
 
 impl Tables {
@@ -68,6 +69,7 @@ impl Tables {
             client,
             coupons: names.coupons.clone(),
             user_coupons: names.user_coupons.clone(),
+            claims: names.claims.clone(),
         }
     }
 

@@ -1,4 +1,4 @@
-//! Every key of the two tables, spelled once (the table of the module above
+//! Every key of the three tables, spelled once (the table of the module above
 //! says what each item holds). Partition keys name a coupon, a user or a
 //! blacklisted user; sort keys are constants or a prefix and a value, and
 //! the prefixes are what the paged reads of one kind of item ask for.
@@ -50,6 +50,12 @@ pub fn user_coupon_prefix(coupon: &CouponId) -> String {
 
 /// The coupon's definition.
 pub const DEF: &str = "DEF";
+
+/// The partition of a coupon's grants on their way in lane `lane` (their
+/// claims, sort key the grant id).
+pub fn claims_pk(coupon: &CouponId, lane: u32) -> String {
+    format!("CLAIMS#{coupon}#{lane}")
+}
 
 /// The partition of a lottery's entries homed on `shard`.
 pub fn entries_pk(coupon: &CouponId, shard: u32) -> String {

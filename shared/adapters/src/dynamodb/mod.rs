@@ -1,7 +1,7 @@
 //! The DynamoDB adapters: durable coupon definitions, the capped counters, the
 //! users' coupons, rejections, and the facts the reconciler reads.
 //!
-//! Two tables, both keyed `pk` (S) / `sk` (S), every key spelled once in
+//! Three tables, each keyed `pk` (S) / `sk` (S), every key spelled once in
 //! `keys.rs`:
 //!
 //! | table | `pk` | `sk` | what |
@@ -19,6 +19,7 @@
 //! | coupons | `BLACKLIST#<user>` | `ENTRY` / `AUDIT#<ms>#<operation>` | the durable blacklist and its log |
 //! | coupons | `COUPON#<id>` | `REMIND#<user>` | a user's reminder, as its sender reads it: `created_ms`, `sent_for_ms` (the opening it was last sent for) |
 //! | coupons | `REMINDERS#<user>` | `COUPON#<id>` | the same reminder, as its user lists it (written and removed with it in one transaction) |
+//! | claims | `CLAIMS#<id>#<lane>` | `<grantId>` | a grant's claim, put before the grant is sent: `grant` (the grant, as the queue carries it), `expires_at` (kept about 400 days) |
 //! | user coupons | `USER#<user>` | `COUPON#<id>#<ordinal>` | a coupon in a wallet: `UNUSED`, `USED` (`order_id`, `used_at_ms`) or `REVOKED` (who, when); `returned_by` lists orders that gave it back, `returned_at_ms` the last return; its change stream feeds the notifier |
 //!
 //! A coupon's data shares one partition; a user's wallet is one query. The
@@ -34,7 +35,8 @@
 //! issuer), [`DynamoWallet`], [`DynamoFacts`] (the reconciler),
 //! [`DynamoAdminStore`], [`DynamoBlacklist`] and [`DynamoRevocations`]
 //! (the admin API); [`DynamoRedemptions`] (orders spending coupons);
-//! [`DynamoCatalog`] (the grab's one read); [`DynamoEntries`] (a
+//! [`DynamoCatalog`] (the grab's one read); [`DynamoClaims`] (the grants
+//! on their way: the grab's and the re-drive's claims, the rebuild's read); [`DynamoEntries`] (a
 //! lottery's registrations and draw); [`DynamoLiveCoupons`] (the
 //! coupon center's listing); [`DynamoReminders`] (reminders, for the wallet
 //! and the reconciler's sender); [`stream_record`] reads the
@@ -44,6 +46,7 @@ pub use aws_sdk_dynamodb::Client;
 
 mod admin;
 mod blacklist;
+mod claims;
 mod definitions;
 mod entries;
 mod facts;
@@ -59,6 +62,7 @@ mod wallet;
 
 pub use admin::DynamoAdminStore;
 pub use blacklist::DynamoBlacklist;
+pub use claims::DynamoClaims;
 pub use definitions::{DynamoCatalog, DynamoCouponRepository};
 pub use entries::DynamoEntries;
 pub use facts::DynamoFacts;

@@ -16,7 +16,7 @@ use redis::AsyncCommands;
 use super::conn::{protocol, unavailable, Redis};
 use super::preheat::meta_fields;
 use super::records::encode_win;
-use super::scripts::{number, BUMP_EPOCH, DROP_IF_BEHIND, RESTORE_HASH, RESTORE_REQUESTS, VERIFY};
+use super::scripts::{number, BUMP_EPOCH, DROP_IF_BEHIND, RESTORE_HASH, RESTORE_OUTBOX, RESTORE_REQUESTS, VERIFY};
 
 /// [`StockRepair`] on Redis.
 #[derive(Clone)]
@@ -187,10 +187,33 @@ impl StockRepair for RedisRepair {
         seq_base: u64,
         holders: &[(UserId, Vec<Held>)],
         taken: &[(UserId, GrantRecord)],
+        outbox: &[Grant],
         now_ms: i64,
     ) -> Result<bool, StoreError> {
         let def = &coupon.definition;
         let k = self.redis.keys.shard(&def.coupon_id, shard);
+        let mut entries: Vec<&Grant> = outbox.iter().collect();
+        entries.sort_by_key(|g| g.grant_id.seq());
+        for chunk in entries.chunks(200) {
+            let mut invocation = RESTORE_OUTBOX.key(k.meta());
+            invocation.key(k.outbox());
+            for g in chunk {
+                invocation
+                    .arg(g.grant_id.seq())
+                    .arg(g.grant_id.as_str())
+                    .arg(g.coupon_id.as_str())
+                    .arg(g.user_id.as_str())
+                    .arg(g.ordinal)
+                    .arg(g.request_id.as_str())
+                    .arg(g.shard)
+                    .arg(g.granted_at_ms);
+            }
+            let mut conn = self.redis.conn.clone();
+            let reply: String = invocation.invoke_async(&mut conn).await.map_err(unavailable)?;
+            if reply == "EXISTS" {
+                return Ok(false);
+            }
+        }
         for chunk in taken.chunks(500) {
             let mut invocation = RESTORE_HASH.key(k.meta());
             invocation.key(k.taken());

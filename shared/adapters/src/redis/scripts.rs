@@ -41,6 +41,8 @@ pub(super) static RISK_DEVICE: LazyLock<Script> =
 pub(super) static RESTORE_HASH: LazyLock<Script> = lua!("restore_hash.lua");
 pub(super) static RESTORE_REQUESTS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/restore_requests.lua")));
+pub(super) static RESTORE_OUTBOX: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../../lua/restore_outbox.lua")));
 pub(super) static BUMP_EPOCH: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../../lua/bump_epoch.lua")));
 pub(super) static APPLY_SETTINGS: LazyLock<Script> = lua!("apply_settings.lua");

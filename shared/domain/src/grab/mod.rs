@@ -27,7 +27,9 @@
 //!    the other shards in a fixed order (at most `shards - 1` calls), then
 //!    settle on the home shard. SOLD_OUT only when every shard was empty.
 //! 6. Winners: a replica acknowledges the decision (Redis `WAIT`, when
-//!    replicas are required), then one SQS send, and only then SUCCESS. A failed send answers
+//!    replicas are required), then the grant's claim is written to
+//!    DynamoDB ([`GrantClaims`]), then one SQS send, and only then
+//!    SUCCESS. A failed claim or send answers
 //!    [`GrabError::NotQueued`] (BUSY, retry): the grant stays in the outbox
 //!    and the risk hold stays held, and the client's retry with the same
 //!    request id replays the win and sends it again (the issuer absorbs
@@ -74,8 +76,8 @@ pub use dry_run::{DryRun, Eligibility};
 pub use entry::{EntryOutcome, EntryRequest, EntryStanding, EntryView, ENTRY_REQUEST};
 pub use memory::CouponMemory;
 use ports::{
-    Claim, ClaimReply, ClaimStep, CouponCatalog, Decision, GrantPublisher, Recorded, RepairRequests, RiskDecision,
-    RiskGuard, RiskHold, StockLedger,
+    Claim, ClaimReply, ClaimStep, CouponCatalog, Decision, GrantClaims, GrantPublisher, Recorded, RepairRequests,
+    RiskDecision, RiskGuard, RiskHold, StockLedger,
 };
 
 /// How long an instance remembers that a coupon id is unknown to the
@@ -145,6 +147,8 @@ pub struct GrabPorts {
     pub risk: Arc<dyn RiskGuard>,
     /// Where winners go (SQS).
     pub publisher: Arc<dyn GrantPublisher>,
+    /// Where each winner's claim is written before it goes (DynamoDB).
+    pub claims: Arc<dyn GrantClaims>,
     /// Asked only when Redis knows nothing of a coupon (DynamoDB).
     pub catalog: Arc<dyn CouponCatalog>,
     /// Where a lost coupon's repair is asked for (SQS).
@@ -163,6 +167,7 @@ pub struct GrabService {
     ledger: Arc<dyn StockLedger>,
     risk: Arc<dyn RiskGuard>,
     publisher: Arc<dyn GrantPublisher>,
+    claims: Arc<dyn GrantClaims>,
     catalog: Arc<dyn CouponCatalog>,
     repairs: Arc<dyn RepairRequests>,
     entries: Arc<dyn Entries>,
@@ -188,6 +193,7 @@ impl GrabService {
             ledger: ports.ledger,
             risk: ports.risk,
             publisher: ports.publisher,
+            claims: ports.claims,
             catalog: ports.catalog,
             repairs: ports.repairs,
             entries: ports.entries,

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use crate::error::{PublishError, StoreError};
 use crate::grant::{Grant, GrantRecord};
-use crate::ids::{ClientIp, CouponId, DeviceId, RequestId, UserId};
+use crate::ids::{ClientIp, CouponId, DeviceId, GrantId, RequestId, UserId};
 use crate::outcome::{Rejection, RiskReason};
 
 /// Who is grabbing what, routed to the user's home shard.
@@ -368,6 +368,39 @@ pub trait GrantPublisher: Send + Sync {
     /// [`super::SEND_BUDGET_MS`]). An error means the grant was not queued;
     /// it stays in the outbox, from where the reconciler re-drives it.
     async fn publish(&self, grant: &Grant, within_ms: u64) -> Result<(), PublishError>;
+}
+
+/// The durable record of the grants on their way (DynamoDB): each grant's
+/// claim is written before the grant is handed to the queue, so a grant
+/// can reach the issuer only once a store no cache loss touches names it:
+/// its unit, its user's claim and the request that won it. When Redis
+/// loses a shard, the rebuild reads them there instead of waiting for the
+/// queue to deliver them (a backlog on the queue then costs the sale
+/// nothing), so nothing on its way is sold or claimed twice.
+#[async_trait]
+pub trait GrantClaims: Send + Sync {
+    /// Writes the claims of `grants` (idempotent per grant id), and is
+    /// done (written, or given up) within `within_ms`, for the same reason
+    /// a send is ([`GrantPublisher::publish`]). One answer per grant, in
+    /// order: a grant may be sent only if its claim was written, and one
+    /// claim that fails holds up none of the others.
+    async fn claim(&self, grants: &[Grant], within_ms: u64) -> Vec<Result<(), ClaimError>>;
+}
+
+/// Why a grant's claim was not written: either way the grant is not sent.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    /// Its id is claimed for another grant: the shard that minted it rolled
+    /// back past a grant already sent (a failover to a replica that lacked
+    /// it) and minted the id again. No retry can write it; the shard must
+    /// be dropped and rebuilt, which the reconciler's re-drive does when it
+    /// meets this.
+    #[error("grant id {0} is claimed for another grant: its shard minted the id again")]
+    Reminted(GrantId),
+    /// Not written in time, or refused (throttled, unavailable): a retry
+    /// may write it.
+    #[error("the grant's claim was not written")]
+    Unavailable(#[source] PublishError),
 }
 
 /// The durable catalogue of coupons (the definitions table), asked only

@@ -1,15 +1,16 @@
-//! Step 6 of a winning press (the module documentation's numbering): the grant handed to the issuer's queue, only
+//! Step 6 of a winning press (the module documentation's numbering): the
+//! grant's claim written, then the grant handed to the issuer's queue, only
 //! once a replica holds the win and within the send budget; otherwise
 //! BUSY, and the retry (or the reconciler's re-drive) sends it.
 
 use tracing::warn;
 
 use crate::error::PublishError;
-use crate::grant::GrantRecord;
+use crate::grant::{Grant, GrantRecord};
 use crate::metrics::Metric;
 use crate::outcome::GrabOutcome;
 
-use super::ports::{Claim, Decision};
+use super::ports::{Claim, ClaimError, Decision};
 use super::{GrabError, GrabRequest, GrabService};
 
 impl GrabService {
@@ -56,28 +57,50 @@ impl GrabService {
             }
         }
         let grant = rec.into_grant(req.coupon.clone(), req.user.clone(), req.request.clone());
-        // Every step of this press decided at or after `claim.now_ms`; the
-        // send must be over by SEND_BUDGET_MS after it, or not be made.
-        let spent = self.clock.now_ms().saturating_sub(claim.now_ms);
-        let left = self.send_budget_ms.saturating_sub(spent);
-        if left <= 0 {
-            warn!(grant = %grant.grant_id, spent_ms = spent,
-                "send budget spent before the send; the caller hears BUSY and retries, the outbox keeps it");
+        // The claim first: a grant may reach the queue only once DynamoDB
+        // names it, so a rebuild after a cache loss counts it (its unit,
+        // its user's claim, its request) without waiting for the queue.
+        let left = self.budget_left(claim, &grant)?;
+        let written = self
+            .claims
+            .claim(std::slice::from_ref(&grant), left)
+            .await
+            .into_iter()
+            .next();
+        if let Err(e) = written.unwrap_or_else(|| Err(ClaimError::Unavailable(PublishError("no answer".into())))) {
+            warn!(grant = %grant.grant_id, error = %e, source = ?std::error::Error::source(&e),
+                "grant's claim not written, so not sent; the caller hears BUSY and retries, the outbox keeps it");
             self.metrics.count(Metric::GrantQueueFailed, None, 1);
-            return Err(GrabError::NotQueued(PublishError(
-                format!(
-                    "{spent} ms after the decision, past the {} ms send budget",
-                    self.send_budget_ms
-                )
-                .into(),
-            )));
+            return Err(GrabError::NotQueued(PublishError(Box::new(e))));
         }
-        if let Err(e) = self.publisher.publish(&grant, left as u64).await {
+        let left = self.budget_left(claim, &grant)?;
+        if let Err(e) = self.publisher.publish(&grant, left).await {
             warn!(grant = %grant.grant_id, error = %e, source = ?std::error::Error::source(&e),
                 "grant not queued; the caller hears BUSY and retries, the outbox keeps it");
             self.metrics.count(Metric::GrantQueueFailed, None, 1);
             return Err(GrabError::NotQueued(e));
         }
         Ok(GrabOutcome::Won { grant, replayed })
+    }
+
+    /// What is left of the send budget (every step of this press decided
+    /// at or after `claim.now_ms`; the claim and the send must be over by
+    /// the budget after it, or not be made), or BUSY once it is spent.
+    fn budget_left(&self, claim: &Claim<'_>, grant: &Grant) -> Result<u64, GrabError> {
+        let spent = self.clock.now_ms().saturating_sub(claim.now_ms);
+        let left = self.send_budget_ms.saturating_sub(spent);
+        if left > 0 {
+            return Ok(left as u64);
+        }
+        warn!(grant = %grant.grant_id, spent_ms = spent,
+            "send budget spent before the send; the caller hears BUSY and retries, the outbox keeps it");
+        self.metrics.count(Metric::GrantQueueFailed, None, 1);
+        Err(GrabError::NotQueued(PublishError(
+            format!(
+                "{spent} ms after the decision, past the {} ms send budget",
+                self.send_budget_ms
+            )
+            .into(),
+        )))
     }
 }

@@ -12,7 +12,6 @@ use std::sync::{Arc, RwLock};
 
 use tracing::{instrument, warn};
 
-use crate::barrier::{Barrier, QueueMessage};
 use crate::catalog::CouponRepository;
 use crate::coupon::CouponDefinition;
 use crate::error::{BoxError, StoreError};
@@ -82,45 +81,6 @@ impl IssuerService {
             definitions,
             metrics,
             cache: RwLock::default(),
-        }
-    }
-
-    /// Acknowledges the barriers of one batch, in the order SQS delivered
-    /// it. `batch` holds each message (`None` if it did not parse) and
-    /// whether it already failed. A barrier is acknowledged only if no
-    /// earlier message of its group failed in this batch: a failed grant
-    /// comes back, and SQS then delivers it again before anything after it
-    /// in its group, so the barrier (reported failed too) follows it again.
-    /// Acknowledged otherwise, the barrier would say a grant had arrived
-    /// that is still on its way. Returns the positions of the barriers that
-    /// failed.
-    pub async fn acknowledge_barriers(&self, batch: &[(Option<&QueueMessage>, bool)]) -> Vec<usize> {
-        let mut blocked: Vec<String> = Vec::new();
-        let mut failed = Vec::new();
-        for (i, (message, already_failed)) in batch.iter().enumerate() {
-            let Some(message) = message else { continue };
-            let group = message.group();
-            let ok = match message {
-                QueueMessage::Grant(_) => !already_failed,
-                QueueMessage::Barrier(b) => !blocked.contains(&group) && self.acknowledge(b).await,
-            };
-            if !ok {
-                if matches!(message, QueueMessage::Barrier(_)) {
-                    failed.push(i);
-                }
-                blocked.push(group);
-            }
-        }
-        failed
-    }
-
-    async fn acknowledge(&self, barrier: &Barrier) -> bool {
-        match self.ledger.acknowledge_barrier(barrier).await {
-            Ok(()) => true,
-            Err(e) => {
-                warn!(coupon = %barrier.coupon_id, lane = barrier.lane, error = %e, source = ?std::error::Error::source(&e), "barrier not acknowledged; SQS re-delivers it");
-                false
-            }
         }
     }
 
@@ -208,8 +168,6 @@ mod tests {
     struct Marks {
         raised: Mutex<Vec<(String, u32, u64)>>,
         refuse_shard: Option<u32>,
-        acknowledged: Mutex<Vec<u32>>,
-        refuse_lane: Option<u32>,
     }
 
     #[async_trait::async_trait]
@@ -222,13 +180,6 @@ mod tests {
                 return Err(IssueError::Unavailable("throttled".into()));
             }
             self.raised.lock().unwrap().push((coupon.to_string(), shard, seq));
-            Ok(())
-        }
-        async fn acknowledge_barrier(&self, barrier: &Barrier) -> Result<(), IssueError> {
-            if self.refuse_lane == Some(barrier.lane) {
-                return Err(IssueError::Unavailable("throttled".into()));
-            }
-            self.acknowledged.lock().unwrap().push(barrier.lane);
             Ok(())
         }
     }
@@ -287,44 +238,5 @@ mod tests {
         let grants = ["sale-0-3", "sale-1-2"].map(grant);
         let failed = service(ledger).raise_high_water(&grants).await;
         assert_eq!(failed, vec![(CouponId::parse("sale").unwrap(), 1)]);
-    }
-
-    #[tokio::test]
-    async fn a_barrier_is_acknowledged_only_when_nothing_before_it_in_its_lane_failed() {
-        let coupon = CouponId::parse("sale").unwrap();
-        // Two grants of one lane and two of another.
-        let ids: Vec<String> = (0..200).map(|seq| format!("sale-0-{seq}")).collect();
-        let lane_a = crate::barrier::lane_of(&ids[0]);
-        let same: Vec<&String> = ids.iter().filter(|id| crate::barrier::lane_of(id) == lane_a).collect();
-        let other = ids.iter().find(|id| crate::barrier::lane_of(id) != lane_a).unwrap();
-        let lane_b = crate::barrier::lane_of(other);
-        let barriers = Barrier::every_lane(&coupon, "7");
-        let m = |id: &str| QueueMessage::Grant(grant(id));
-        let (a1, a2, b1) = (m(same[0]), m(same[1]), m(other));
-        let (bar_a, bar_b) = (
-            QueueMessage::Barrier(barriers[lane_a as usize].clone()),
-            QueueMessage::Barrier(barriers[lane_b as usize].clone()),
-        );
-        let ledger = Arc::new(Marks::default());
-        let batch = [
-            (Some(&a1), true),
-            (Some(&bar_b), false),
-            (Some(&b1), true),
-            (Some(&a2), false),
-            (Some(&bar_a), false),
-            (None, true),
-        ];
-        // Lane b's barrier came before its failed grant: acknowledged. Lane
-        // a's came after one: it comes back with it.
-        assert_eq!(service(ledger.clone()).acknowledge_barriers(&batch).await, vec![4]);
-        assert_eq!(*ledger.acknowledged.lock().unwrap(), vec![lane_b]);
-
-        let ledger = Arc::new(Marks {
-            refuse_lane: Some(lane_a),
-            ..Marks::default()
-        });
-        let batch = [(Some(&bar_a), false), (Some(&a2), false), (Some(&bar_b), false)];
-        assert_eq!(service(ledger.clone()).acknowledge_barriers(&batch).await, vec![0]);
-        assert_eq!(*ledger.acknowledged.lock().unwrap(), vec![lane_b]);
     }
 }

@@ -2,7 +2,6 @@
 
 use async_trait::async_trait;
 
-use crate::barrier::Barrier;
 use crate::coupon::CouponDefinition;
 use crate::grant::Grant;
 use crate::ids::CouponId;
@@ -21,9 +20,4 @@ pub trait IssueLedger: Send + Sync {
     /// rolled back (restarted from an old snapshot, a failover without an
     /// acknowledged replica) and would sell units already issued.
     async fn raise_high_water(&self, coupon: &CouponId, shard: u32, seq: u64) -> Result<(), IssueError>;
-    /// Records durably that `barrier`'s lane has delivered everything sent
-    /// before it (the caller acknowledges it only then). A barrier of an
-    /// episode that is no longer the coupon's current one is a success that
-    /// records nothing: its wait is over.
-    async fn acknowledge_barrier(&self, barrier: &Barrier) -> Result<(), IssueError>;
 }

@@ -7,16 +7,16 @@
 //! that a unit moving during the pass is never counted nowhere:
 //!
 //! 0. Rollbacks: a shard whose grant sequence is behind its durable
-//!    high-water mark is dropped. Then the coupon's wait for its grants on
-//!    their way (`wait.rs`): with any shard lost or restarted, a per-coupon
-//!    barrier episode is opened, its barriers sent once the send window
-//!    has passed, and repairs of the shards it covers allowed once every
-//!    lane has acknowledged; no episode when DynamoDB holds every unit of
+//!    high-water mark is dropped. Then the coupon's wait (`wait.rs`): with
+//!    any shard lost or restarted, a per-coupon episode is opened, and
+//!    repairs of the shards it covers are allowed once the send window
+//!    has passed (no send decided before the fault, nor its claim, can
+//!    land after that); no episode when DynamoDB holds every unit of
 //!    the coupon (nothing can be on its way). A shard whose Redis server
 //!    restarted since it
 //!    was stamped (it sells nothing until then) is checked then: behind
-//!    its mark, or out of stock, it is dropped; otherwise stamped again,
-//!    and every epoch bumped.
+//!    its mark or a claimed grant, or out of stock, it is dropped;
+//!    otherwise stamped again, and every epoch bumped.
 //! 1. Surviving stock, each shard with its definition version; a shard
 //!    without state while DynamoDB knows the coupon means Redis lost it.
 //!    Shards still on an older version get the stored definition (an
@@ -33,7 +33,10 @@
 //!    that are still current. Then lost shards are rebuilt, once the
 //!    coupon's wait has passed, the `by-coupon` index lists every coupon
 //!    the counters count and the pass read one definition version
-//!    throughout: per-user counts and request outcomes first, then stock
+//!    throughout: the grants on their way (claimed, and neither issued
+//!    nor rejected, read before the counters) count as pending;
+//!    per-user counts, request outcomes and the lost shard's outbox
+//!    first, then stock
 //!    (`total - issued - rejected - pending - what surviving shards hold`)
 //!    at that version, then every shard's "sold out" stamp is voided.
 //!
@@ -69,7 +72,7 @@ use crate::blacklist::{BlacklistFlags, BlacklistRecord};
 use crate::clock::Clock;
 use crate::coupon::CouponDefinition;
 use crate::error::StoreError;
-use crate::grab::ports::StockLedger;
+use crate::grab::ports::{GrantClaims, StockLedger};
 use crate::ids::CouponId;
 use crate::live::LiveSettings;
 use crate::lottery::ports::Entries;
@@ -104,13 +107,13 @@ pub struct ReconcileSettings {
     /// is re-driven after `grace_ms`.
     pub backlog_ms: i64,
     /// The longest a send of a grant decided before Redis lost or rolled
-    /// back a shard may still land in the grant queue after it: the grab's
-    /// send budget (`GRANT_SEND_BUDGET_MS`, 2 s from the decision by default,
-    /// enforced whatever `SQS_TIMEOUT_MS` is), with margin for clock skew.
-    /// The coupon's barriers (`wait.rs`) are sent only this long after a
-    /// pass first found its shards lost or restarted, so they follow every
-    /// such send in its lane. (The reconciler's own re-drive checks each
-    /// shard just before it sends.)
+    /// back a shard (and the claim written before it) may still land after
+    /// it: the grab's send budget (`GRANT_SEND_BUDGET_MS`, 2 s from the
+    /// decision by default, enforced whatever `SQS_TIMEOUT_MS` is), with
+    /// margin for clock skew. A lost or restarted shard is repaired only
+    /// this long after a pass first found it (`wait.rs`), when the claims
+    /// name every grant of it on its way. (The reconciler's own re-drive
+    /// checks each shard just before it claims and sends.)
     pub send_window_ms: i64,
 }
 
@@ -136,6 +139,8 @@ pub struct ReconcilePorts {
     pub ledger: Arc<dyn StockLedger>,
     /// The queue grants are re-driven to, and the DLQ's depth.
     pub redrive: Arc<dyn Redrive>,
+    /// Where a re-driven grant's claim is written before it goes.
+    pub claims: Arc<dyn GrantClaims>,
     /// The durable blacklist the flags are restored from.
     pub blacklist: Arc<dyn BlacklistRecord>,
     /// The blacklist flags grabs read.
@@ -162,8 +167,18 @@ struct Surviving {
     /// pass), and `held` and the total disagree by its units.
     other_version: u32,
     /// The grants in their outboxes not yet issued or rejected (each a
-    /// claim of its user, whichever shard is their home).
+    /// claim of its user, whichever shard is their home), and, before a
+    /// rebuild, the claimed grants on their way.
     pending: Vec<crate::grant::Grant>,
+    /// Before a rebuild: every grant of the coupon claimed and not
+    /// rejected (issued since or not), each a claim of its user. (A
+    /// rejected grant holds no claim: restoring it would count a coupon
+    /// its user never got and replay its request as a win.)
+    claimed: Vec<crate::grant::Grant>,
+    /// Before a rebuild: the grants that took units from the shards, as
+    /// far as the durable records name them (claimed, listed in a
+    /// surviving outbox, or rejected); empty when not read.
+    accounted: HashSet<crate::ids::GrantId>,
 }
 
 /// How long after a coupon's selling is over (a lottery's draw window

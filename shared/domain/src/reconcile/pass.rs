@@ -7,6 +7,7 @@ use tracing::{info, instrument, warn};
 
 use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::StoreError;
+use crate::grab::ports::ClaimError;
 use crate::grant::Grant;
 use crate::ids::GrantId;
 
@@ -113,7 +114,7 @@ impl Reconciler {
         }
         // 3. The queue's depth, every coupon's: while it holds messages a
         //    young pending entry may be one of them, and is not re-driven
-        //    yet. (Repairs wait for the coupon's own barriers instead.)
+        //    yet. (Repairs read the coupon's claims instead.)
         let in_flight = match self.ports.redrive.in_flight().await {
             Ok(n) => n,
             Err(e) => {
@@ -123,12 +124,25 @@ impl Reconciler {
         };
         // 4. DynamoDB, last: what confirms the entries, then the counters;
         //    the pending re-driven, the lost shards rebuilt.
-        let pending = self
+        let mut pending = self
             .confirm_outboxes(def, &unsent, in_flight, &mut to_redrive, now, &mut r)
             .await?;
+        // The lost shards' grants on their way, from their claims, when a
+        // rebuild may follow: before the counters, so a grant issued
+        // between the reads is counted twice (restoring too little), never
+        // not at all.
+        if !survey.missing.is_empty() && survey.missing.iter().all(|&s| gate.lets(s)) && !gate.all_issued() {
+            let (claimed, accounted) = self.claimed_on_their_way(def, &mut pending, &mut r).await?;
+            survey.surviving.claimed = claimed;
+            survey.surviving.accounted = accounted;
+        }
         r.issued = self.ports.facts.issued(coupon).await?;
+        // The re-drive's budget counts from the first check, as a grab's
+        // counts from its decision: a claim or send landing later could
+        // land after a rebuild trusted the send window.
+        let checked_from = self.ports.clock.now_ms();
         self.keep_unreplicated(def, &mut to_redrive, &mut r, now).await;
-        self.redrive(&to_redrive, &mut r).await;
+        self.redrive(&to_redrive, checked_from, &mut r).await;
         survey.surviving.pending = pending;
         self.rebuild_or_wait(&stored, survey, &mut gate, &mut r, now).await?;
         for shard in 0..def.shards {
@@ -301,14 +315,124 @@ impl Reconciler {
         Ok(pending)
     }
 
-    /// Step 4: sends the pending grants again, within the grab's budget of
-    /// a send from the check just made (`keep_unreplicated`).
-    async fn redrive(&self, grants: &[Grant], r: &mut CouponReport) {
+    /// Step 4, before a rebuild: adds to `pending` every grant claimed
+    /// (sent, or about to be, before the fault: the gate let the send
+    /// window pass) that DynamoDB has neither issued nor rejected and no
+    /// outbox lists. Those are the units, the users' claims and the
+    /// requests' outcomes the lost shards' state held on their way to the
+    /// issuer, however long the queue's backlog: the rebuild restores them
+    /// as it restores what DynamoDB holds, instead of waiting for them.
+    /// Returns every claim not rejected, and the grants the durable records name as
+    /// having taken a unit (claimed, pending or rejected): claims are
+    /// never deleted, so that set does not depend on when the issuer took
+    /// each grant, as issued plus pending would.
+    async fn claimed_on_their_way(
+        &self,
+        def: &CouponDefinition,
+        pending: &mut Vec<Grant>,
+        r: &mut CouponReport,
+    ) -> Result<(Vec<Grant>, HashSet<GrantId>), StoreError> {
+        let coupon = &def.coupon_id;
+        let claimed = self.ports.facts.claims(coupon).await?;
+        let rejected: HashSet<GrantId> = self
+            .ports
+            .facts
+            .rejections(coupon)
+            .await?
+            .into_iter()
+            .map(|g| g.grant_id)
+            .collect();
+        let mut known: HashSet<GrantId> = pending.iter().map(|g| g.grant_id.clone()).collect();
+        let fresh: Vec<Grant> = claimed
+            .iter()
+            .filter(|g| !known.contains(&g.grant_id) && !rejected.contains(&g.grant_id))
+            .cloned()
+            .collect();
+        known.extend(claimed.iter().map(|g| g.grant_id.clone()));
+        let issued = self.ports.facts.issued_grants(&fresh).await?;
+        let before = pending.len();
+        pending.extend(fresh.into_iter().filter(|g| !issued.contains(&g.grant_id)));
+        r.pending += (pending.len() - before) as u64;
+        let standing = claimed
+            .into_iter()
+            .filter(|g| !rejected.contains(&g.grant_id))
+            .collect();
+        let accounted: HashSet<GrantId> = known.into_iter().chain(rejected).collect();
+        Ok((standing, accounted))
+    }
+
+    /// Step 4: sends the pending grants again, their claims written first
+    /// as the grab writes them, within the grab's budget of a send counted
+    /// from the checks just made (`keep_unreplicated`, begun at
+    /// `checked_from`). Only the grants whose claims were written are
+    /// sent. A grant whose id is claimed for another grant was minted again
+    /// by a shard that rolled back past the first (a failover to a replica
+    /// that lacked it): that shard is dropped, and rebuilt from the claims
+    /// like a lost one, so it mints no such id again and its users' presses
+    /// are decided afresh instead of replaying a grant that can never be
+    /// sent.
+    async fn redrive(&self, grants: &[Grant], checked_from: i64, r: &mut CouponReport) {
         if grants.is_empty() {
             return;
         }
-        let within = (self.settings.send_window_ms - 1_000).max(2_000) as u64;
-        match self.ports.redrive.redrive(grants, within).await {
+        let budget = (self.settings.send_window_ms - 1_000).max(2_000);
+        let left = |clock: &dyn crate::clock::Clock| budget - (clock.now_ms() - checked_from).max(0);
+        let within = left(self.ports.clock.as_ref());
+        if within <= 0 {
+            r.causes
+                .push("re-drive not sent (its checks took its budget), retried next run".into());
+            return;
+        }
+        let mut answers = self.ports.claims.claim(grants, within as u64).await.into_iter();
+        let mut claimed = Vec::with_capacity(grants.len());
+        let mut reminted = std::collections::BTreeSet::new();
+        let mut unwritten = None;
+        for grant in grants {
+            match answers.next() {
+                Some(Ok(())) => claimed.push(grant.clone()),
+                Some(Err(ClaimError::Reminted(_))) => {
+                    reminted.insert(grant.grant_id.shard());
+                }
+                Some(Err(e)) => unwritten = Some(e.to_string()),
+                None => unwritten = Some("no answer".into()),
+            }
+        }
+        if let Some(e) = unwritten {
+            r.causes.push(format!(
+                "{} of {} grant(s) not re-driven (claims not written), retried next run: {e}",
+                grants.len() - claimed.len() - reminted.len(),
+                grants.len()
+            ));
+        }
+        for shard in reminted {
+            // Whatever its sequence: the shard's history is not the one the
+            // claims were written from. (Should another pass have rebuilt it
+            // meanwhile, this costs one more rebuild, nothing else.)
+            let coupon = &grants[0].coupon_id;
+            match self.ports.repair.drop_if_behind(coupon, shard, u64::MAX).await {
+                Ok(true) => {
+                    warn!(coupon = %coupon, shard, "shard minted a grant id claimed for another grant; dropped for the rebuild");
+                    r.shards_rolled_back += 1;
+                    r.causes.push(format!(
+                        "shard {shard} rolled back: it minted a grant id already claimed for another grant; dropped and rebuilt from DynamoDB"
+                    ));
+                }
+                Ok(false) => {}
+                Err(e) => r.causes.push(format!(
+                    "shard {shard} minted a claimed grant id and could not be dropped, retried next run: {e}"
+                )),
+            }
+        }
+        if claimed.is_empty() {
+            return;
+        }
+        let left = left(self.ports.clock.as_ref());
+        if left <= 0 {
+            r.causes
+                .push("re-drive failed (its budget went on the claims), retried next run".into());
+            return;
+        }
+        match self.ports.redrive.redrive(&claimed, left as u64).await {
             Ok(n) => r.redriven = n as u64,
             Err(e) => r.causes.push(format!("re-drive failed, retried next run: {e}")),
         }

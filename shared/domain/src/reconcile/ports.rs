@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 
-use crate::barrier::{Barrier, BarrierRecord};
+use crate::barrier::BarrierRecord;
 use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::{PublishError, StoreError};
 use crate::grant::{Grant, GrantRecord};
@@ -57,6 +57,11 @@ pub trait DurableFacts: Send + Sync {
     async fn issued_grants(&self, grants: &[Grant]) -> Result<HashSet<GrantId>, StoreError>;
     /// How many of the coupon each user holds.
     async fn holdings(&self, coupon: &CouponId) -> Result<Holdings, StoreError>;
+    /// Every grant of the coupon whose claim the durable store keeps
+    /// ([`crate::grab::ports::GrantClaims`]), read consistently: each one
+    /// sent, or about to be, before now, and on its way unless
+    /// [`Self::issued_grants`] or [`Self::rejections`] name it.
+    async fn claims(&self, coupon: &CouponId) -> Result<Vec<Grant>, StoreError>;
     /// Records that the coupon's Redis state was rebuilt (data loss).
     async fn record_rebuild(&self, coupon: &CouponId, now_ms: i64, restored: u64) -> Result<(), StoreError>;
     /// Raises `shard`'s durable high-water mark to `seq` (never lowers
@@ -69,8 +74,8 @@ pub trait DurableFacts: Send + Sync {
     /// Per shard, the highest grant sequence the durable store has seen
     /// minted (the issuer raises it before acknowledging a grant).
     async fn high_water(&self, coupon: &CouponId) -> Result<HashMap<u32, u64>, StoreError>;
-    /// The coupon's current wait for its grants on their way, read
-    /// consistently (with the lanes acknowledged so far), if one is open.
+    /// The coupon's current wait for the sends decided before a fault,
+    /// read consistently, if one is open.
     async fn barrier(&self, coupon: &CouponId) -> Result<Option<BarrierRecord>, StoreError>;
     /// Opens `record` in place of the episode this pass read (`replacing`,
     /// `None` if it read none). `Ok(false)` if another pass opened or
@@ -81,9 +86,6 @@ pub trait DurableFacts: Send + Sync {
         record: &BarrierRecord,
         replacing: Option<&str>,
     ) -> Result<bool, StoreError>;
-    /// Records that episode `id`'s barriers were sent at `sent_ms`;
-    /// `Ok(false)` if it is no longer the current one.
-    async fn barrier_sent(&self, coupon: &CouponId, id: &str, sent_ms: i64) -> Result<bool, StoreError>;
     /// Closes episode `id`, before the shards it covers are repaired (a
     /// pass that dies after this leaves them missing, and the next opens a
     /// new wait). `Ok(false)` if it was not the current one.
@@ -179,6 +181,9 @@ pub trait StockRepair: Send + Sync {
     /// `taken` are the units this shard gave borrows that DynamoDB holds
     /// (the user and the grant), written back as the shard's takes, so a
     /// borrow still open replays its unit instead of taking a second one.
+    /// `outbox` are the grants it minted still on their way (each below
+    /// `seq_base`), written back as its outbox entries, so they count as
+    /// pending and can be re-driven.
     /// `Ok(false)` if the shard had state (another run rebuilt it).
     #[allow(clippy::too_many_arguments)]
     async fn restore_shard(
@@ -189,6 +194,7 @@ pub trait StockRepair: Send + Sync {
         seq_base: u64,
         holders: &[(UserId, Vec<Held>)],
         taken: &[(UserId, GrantRecord)],
+        outbox: &[Grant],
         now_ms: i64,
     ) -> Result<bool, StoreError>;
     /// Drops a shard's state (stock, counts, outbox, borrows) if its grant
@@ -226,20 +232,18 @@ pub trait StockRepair: Send + Sync {
 /// The queue side of reconciliation.
 #[async_trait]
 pub trait Redrive: Send + Sync {
-    /// Sends grants to the issuer again; returns how many were queued.
-    /// Given up (an error) `within_ms` after the call, as a grab's send is:
-    /// their shards were checked just before, and a send that could land
-    /// later might land after barriers sent for a loss since.
+    /// Sends grants to the issuer again (their claims written first);
+    /// returns how many were queued. Given up (an error) `within_ms` after
+    /// the call, as a grab's send is: their shards were checked just
+    /// before, and a send that could land later might land after a rebuild
+    /// for a loss since trusted the send window.
     async fn redrive(&self, grants: &[Grant], within_ms: u64) -> Result<usize, PublishError>;
-    /// Sends each barrier into its lane, after everything already sent
-    /// there.
-    async fn send_barriers(&self, barriers: &[Barrier]) -> Result<(), PublishError>;
     /// Messages waiting in the dead-letter queue, if known.
     async fn dlq_depth(&self) -> Result<Option<u64>, PublishError>;
     /// Messages on their way to the issuer (waiting, being processed, or
     /// delayed in the grant queue, every coupon's), if known: while there
     /// are any, a pending outbox entry may be one of them, and is re-driven
     /// only past the backlog horizon. (Approximate, and minutes late in
-    /// AWS: repairs never wait on it, but on barriers.)
+    /// AWS: repairs never wait on it.)
     async fn in_flight(&self) -> Result<Option<u64>, PublishError>;
 }

@@ -204,6 +204,8 @@ impl Reconciler {
             held,
             other_version,
             pending,
+            claimed,
+            accounted,
         } = surviving;
         if other_version > 0 || latest.version != stored.version {
             r.shards_waiting += missing.len() as u32;
@@ -215,7 +217,39 @@ impl Reconciler {
             ));
             return Ok(());
         }
-        let restorable = figures::restorable(def.total_stock, held, r);
+        let claims_read = !accounted.is_empty();
+        let mut accounted = accounted;
+        // Every grant each user's claims stand on: pending, or claimed
+        // (issued since or not: the `by-coupon` index may not list an
+        // issue yet), each once.
+        let mut seen: std::collections::HashSet<_> = claimed.iter().map(|g| g.grant_id.clone()).collect();
+        // A grant a surviving outbox lists may have no claim yet (its grab
+        // died between the replica's acknowledgement and the claim): the
+        // rebuild restores its user's count and its request from it, so it
+        // is claimed first, or the shard that holds it could be lost in
+        // turn with nothing durable left of it while the restored records
+        // still point at it.
+        let unclaimed: Vec<Grant> = pending
+            .iter()
+            .filter(|g| !seen.contains(&g.grant_id))
+            .cloned()
+            .collect();
+        if claims_read && !unclaimed.is_empty() {
+            let within = self.settings.send_window_ms.max(1) as u64;
+            let answers = self.ports.claims.claim(&unclaimed, within).await;
+            if let Some(e) = answers.into_iter().find_map(Result::err) {
+                r.shards_waiting += missing.len() as u32;
+                r.causes.push(format!(
+                    "{} shard(s) have no Redis state; a grant on its way could not be claimed, so the rebuild waits for the next pass: {e}",
+                    missing.len()
+                ));
+                return Ok(());
+            }
+        }
+        let records: Vec<Grant> = claimed
+            .into_iter()
+            .chain(pending.iter().filter(|g| seen.insert(g.grant_id.clone())).cloned())
+            .collect();
         // Who holds what comes from the by-coupon index, which DynamoDB
         // reads only eventually consistently, and reads now, as the queue
         // has just drained: the index is at its furthest behind. A holder
@@ -234,11 +268,28 @@ impl Reconciler {
             ));
             return Ok(());
         }
+        // The units the lost shards may hand out again: the total less
+        // what the surviving shards hold and every grant the durable
+        // records name (claimed, pending, rejected, or issued, as the
+        // index lists it: a grant issued before claims were written is in
+        // no claim), never less than the counters say was issued.
+        let restorable = if claims_read {
+            accounted.extend(
+                holdings
+                    .values()
+                    .flatten()
+                    .filter_map(|h| h.outcome.as_ref().map(|(_, rec)| rec.grant_id.clone())),
+            );
+            let named = (accounted.len() as u64).max(r.issued.saturating_add(r.rejected));
+            def.total_stock.saturating_sub(held.max(0) as u64).saturating_sub(named)
+        } else {
+            figures::restorable(def.total_stock, held, r)
+        };
         if !self.enter(def, gate, r).await? {
             return Ok(());
         }
         let restored = self
-            .restore_lost(&latest, missing, restorable, &holdings, &pending, r, now)
+            .restore_lost(&latest, missing, restorable, &holdings, (&pending, &records), r, now)
             .await?;
         if r.shards_rebuilt > 0 {
             self.settle_rebuild(latest, missing, restored, holdings.len(), r, now)
@@ -279,10 +330,11 @@ impl Reconciler {
     }
 
     /// The highest grant sequence DynamoDB knows of, per shard: its durable
-    /// mark, or above it any sequence the issued (`holdings`) and rejected
-    /// grants carry. A mark can lag the grants it covers: its write failed,
-    /// and the batch comes back after the visibility timeout, or never, once
-    /// it went to the dead-letter queue.
+    /// mark, or above it any sequence the issued (`holdings`), rejected and
+    /// claimed grants carry. A mark can lag the grants it covers: its write
+    /// failed, and the batch comes back after the visibility timeout, or
+    /// never, once it went to the dead-letter queue; and it knows nothing
+    /// of the grants still on their way, which only their claims name.
     pub(super) async fn durable_tops(
         &self,
         coupon: &CouponId,
@@ -290,11 +342,16 @@ impl Reconciler {
     ) -> Result<HashMap<u32, u64>, StoreError> {
         let mut tops = self.ports.facts.high_water(coupon).await?;
         let rejected = self.ports.facts.rejections(coupon).await?;
+        let claimed = self.ports.facts.claims(coupon).await?;
         let issued_ids = holdings
             .values()
             .flatten()
             .filter_map(|h| h.outcome.as_ref().map(|(_, record)| &record.grant_id));
-        for id in issued_ids.chain(rejected.iter().map(|g| &g.grant_id)) {
+        let others = rejected
+            .iter()
+            .map(|g| &g.grant_id)
+            .chain(claimed.iter().map(|g| &g.grant_id));
+        for id in issued_ids.chain(others) {
             let top = tops.entry(id.shard()).or_default();
             *top = (*top).max(id.seq());
         }
@@ -306,12 +363,14 @@ impl Reconciler {
     /// anything it minted. The units restored.
     ///
     /// A shard's holders are every claim its users have anywhere: the
-    /// coupons DynamoDB holds, and the grants still `pending` in the other
-    /// shards' outboxes (a borrow's unit, taken from a donor before the
-    /// loss took the home's record of it). Without those, the user's retry
-    /// would find no record and claim again at home while the donor's unit
-    /// goes out to them anyway: a SUCCESS after SOLD_OUT, or a unit lost to
-    /// `ORDINAL_TAKEN`.
+    /// coupons DynamoDB holds, the grants still on their way (`pending`:
+    /// in the other shards' outboxes, a borrow's unit taken from a donor
+    /// before the loss took the home's record of it; or claimed), and
+    /// every grant claimed (`records`: pending or not, since the
+    /// `by-coupon` index may not list an issue yet). Without those, the
+    /// user's retry would find no record and claim again at home while
+    /// the grant goes out to them anyway: a SUCCESS after SOLD_OUT, or a
+    /// SUCCESS then `ORDINAL_TAKEN`.
     #[allow(clippy::too_many_arguments)]
     async fn restore_lost(
         &self,
@@ -319,7 +378,7 @@ impl Reconciler {
         missing: &[u32],
         restorable: u64,
         holdings: &Holdings,
-        pending: &[Grant],
+        (on_their_way, pending): (&[Grant], &[Grant]),
         r: &mut CouponReport,
         now: i64,
     ) -> Result<u64, StoreError> {
@@ -330,17 +389,32 @@ impl Reconciler {
         let now_seq = now.max(self.ports.clock.now_ms()).max(0) as u64;
         let mut restored = 0;
         let held: Vec<u64> = missing.iter().map(|&s| def.shard_held_back(s, now)).collect();
-        let left: Vec<Option<u64>> = missing.iter().map(|&s| wave_left(def, s, holdings, now)).collect();
+        let left: Vec<Option<u64>> = missing
+            .iter()
+            .map(|&s| wave_left(def, s, holdings, pending, now))
+            .collect();
         for (&shard, units) in missing.iter().zip(figures::split_rebuild(restorable, &held, &left)) {
             let holders = holders_of(def, shard, holdings, pending);
             let taken = taken_from(def, shard, holdings, pending);
+            // Its own grants on their way (their outbox went with it): the
+            // rebuilt outbox lists them again. A surviving shard's are in
+            // its own outbox, a lost one's came from their claims.
+            let outbox: Vec<Grant> = on_their_way.iter().filter(|g| g.shard == shard).cloned().collect();
             // New grant ids start at the current time in ms: far above any
             // sequence the lost shard minted since it was created, and small
             // enough (13 digits) that Lua's `%.14g` number formatting keeps
             // it exact. A shard rebuilt before started at the time then and
             // may have minted more grants than milliseconds have passed:
             // never below its durable mark or any sequence DynamoDB holds.
-            let top = seen.get(&shard).copied().unwrap_or(0);
+            // (The grants written back to its outbox are claimed, so among
+            // them; the max is kept for a grant listed by a surviving
+            // outbox only.)
+            let top = outbox
+                .iter()
+                .map(|g| g.grant_id.seq())
+                .chain(seen.get(&shard).copied())
+                .max()
+                .unwrap_or(0);
             let seq_base = now_seq.max(top + 1);
             // The state starts at `seq_base`: any older one (a snapshot from
             // before this loss, restored later) is behind it and dropped,
@@ -358,7 +432,7 @@ impl Reconciler {
             if self
                 .ports
                 .repair
-                .restore_shard(latest, shard, units, seq_base, &holders, &taken, now)
+                .restore_shard(latest, shard, units, seq_base, &holders, &taken, &outbox, now)
                 .await?
             {
                 r.shards_rebuilt += 1;
@@ -422,21 +496,27 @@ fn taken_from(
 
 /// Without rollover, what the wave out now has left on lost shard `shard`:
 /// its share less what that shard minted since the wave's instant (the
-/// issued grants carry where and when; the queue has drained before a
-/// rebuild). `None` with rollover, or before the first wave: the shard may
-/// sell all that is not held back. What earlier waves left was written off
-/// in the state the loss took; the rebuild writes it off again, or the wave
-/// would sell past its share.
-fn wave_left(def: &CouponDefinition, shard: u32, holdings: &Holdings, now: i64) -> Option<u64> {
+/// issued grants, and those claimed or pending, carry where and when;
+/// each counted once). `None` with rollover, or before the first wave:
+/// the shard may sell all that is not held back. What earlier waves left
+/// was written off in the state the loss took; the rebuild writes it off
+/// again, or the wave would sell past its share.
+fn wave_left(def: &CouponDefinition, shard: u32, holdings: &Holdings, records: &[Grant], now: i64) -> Option<u64> {
     if def.rollover {
         return None;
     }
     let (at, share) = def.shard_wave_out(shard, now)?;
-    let sold = holdings
+    let issued = holdings
         .values()
         .flatten()
         .filter_map(|h| h.outcome.as_ref())
-        .filter(|(_, record)| record.grant_id.shard() == shard && record.granted_at_ms >= at)
+        .map(|(_, record)| record.clone());
+    let recorded = records.iter().map(GrantRecord::of);
+    let mut seen = std::collections::HashSet::new();
+    let sold = issued
+        .chain(recorded)
+        .filter(|record| record.grant_id.shard() == shard && record.granted_at_ms >= at)
+        .filter(|record| seen.insert(record.grant_id.clone()))
         .count() as u64;
     Some(share.saturating_sub(sold))
 }

@@ -1,42 +1,38 @@
 //! The wait before a coupon's lost or restarted shards are repaired: until
-//! every grant sent before the fault has reached DynamoDB, a unit on its
-//! way is in no store a rebuild (or a restarted shard's check against its
-//! mark) can read. The wait is per coupon ([`crate::barrier`]): another
-//! sale's backlog in the same queue does not hold it up.
+//! no send decided before the fault can still land. Every grant that can
+//! reach the queue has its claim written first, within the grab's send
+//! budget, so once the send window has passed since the fault was found,
+//! the claims name every grant of the coupon still on its way: a rebuild
+//! (and a restarted shard's check against the grants DynamoDB knows)
+//! reads them there, however long the queue's backlog.
 //!
 //! One episode, durable in DynamoDB so that any pass of any reconciler
 //! picks it up, goes through these stages, as far as one pass can take it:
 //!
 //! 1. Opened when a pass first finds the shards lost or restarted (the
 //!    fault happened before).
-//! 2. Once the send window has passed since then, so that no send decided
-//!    before the fault can still land after them, a barrier goes into each
-//!    of the coupon's lanes.
-//! 3. Each lane's barrier is acknowledged by the issuer once everything
-//!    before it in the lane has been issued (or has failed for good).
-//! 4. With every lane acknowledged, the pass may repair the shards it
-//!    covers. It closes the episode just before its first repair (so an
-//!    episode never outlives a repair to vouch for a later fault; a pass
-//!    that dies in between leaves the shards missing, and the next opens a
-//!    new wait), and leaves it open if the repair must wait for something
-//!    else (the next pass finds it passed), unless the pass already
-//!    checked a restarted shard, which closed it: a rebuild of a shard
-//!    that check dropped, waiting for something else, then waits for a new
-//!    episode (later, never wrong). A shard found lost or
-//!    restarted later needs an episode of its own, since its grants may
-//!    have been sent after these barriers.
+//! 2. Passed once the send window has gone by since then: the pass may
+//!    repair the shards it covers. It closes the episode just before its
+//!    first repair (so an episode never outlives a repair to vouch for a
+//!    later fault; a pass that dies in between leaves the shards missing,
+//!    and the next opens a new wait), and leaves it open if the repair
+//!    must wait for something else (the next pass finds it passed),
+//!    unless the pass already checked a restarted shard, which closed it:
+//!    a rebuild of a shard that check dropped, waiting for something else,
+//!    then waits for a new episode (later, never wrong). A shard found lost
+//!    or restarted later needs an episode of its own, since sends decided
+//!    before its fault may land after this one passed.
 //!
 //! No episode at all for a coupon whose every unit DynamoDB holds already
 //! (its capped counters sum to the total stock): no grant of it can be on
 //! its way that a rebuild would miss (one would meet the cap and be
 //! rejected, whatever the wait), so its shards are repaired at once. After
 //! a snapshot restore or a lost node, that is most coupons (the sales that
-//! sold out), and their SOLD_OUT comes back within one pass, with no
-//! barriers in the queue ahead of the sales that still sell.
+//! sold out), and their SOLD_OUT comes back within one pass.
 
-use tracing::{info, warn};
+use tracing::info;
 
-use crate::barrier::{Barrier, BarrierRecord, LANES};
+use crate::barrier::BarrierRecord;
 use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::StoreError;
 use crate::ids::CouponId;
@@ -49,12 +45,13 @@ use super::{CouponReport, Reconciler};
 pub(super) enum Gate {
     /// No shard is lost or restarted.
     Clear,
-    /// Some are, and grants may still be on their way (the report says
-    /// why); nothing is repaired this pass.
+    /// Some are, and sends decided before the fault may still land (the
+    /// report says why); nothing is repaired this pass.
     Waiting,
-    /// Every grant of the coupon sent before these shards were found lost
-    /// or restarted has arrived: this pass may check and rebuild them (and
-    /// only them), once it has closed the episode ([`Reconciler::enter`]).
+    /// No send decided before these shards were found lost or restarted
+    /// can still land, so the claims name every grant of theirs on its
+    /// way: this pass may check and rebuild them (and only them), once it
+    /// has closed the episode ([`Reconciler::enter`]).
     Passed {
         /// The episode; `None` when none is needed (every unit issued).
         id: Option<String>,
@@ -83,8 +80,8 @@ impl Gate {
     }
 
     /// `shard` sells again (confirmed by its check): should it be lost
-    /// later in this pass, its new grants may be on their way, and no
-    /// barrier of this episode follows them.
+    /// later in this pass, sends it decided since may still land, and this
+    /// episode's window does not cover them.
     pub(super) fn release(&mut self, shard: u32) {
         if let Self::Passed { shards, .. } = self {
             shards.retain(|&s| s != shard);
@@ -124,27 +121,13 @@ impl Reconciler {
             return Ok(self.waiting(r, &affected, "another reconciler pass is opening its wait"));
         };
         let now = now.max(self.ports.clock.now_ms());
-        let rec = match self.send_due_barriers(coupon, rec, now).await? {
-            Ok(rec) => rec,
-            Err(why) => return Ok(self.waiting(r, &affected, &why)),
-        };
-        if rec.sent_ms.is_none() {
+        if now < rec.send_after_ms {
             return Ok(self.waiting(
                 r,
                 &affected,
                 &format!(
                     "sends decided before the fault may land until {} ms after it was found",
                     rec.send_after_ms - rec.opened_ms
-                ),
-            ));
-        }
-        if !rec.passed() {
-            return Ok(self.waiting(
-                r,
-                &affected,
-                &format!(
-                    "{} of {LANES} lanes have delivered every grant sent before the fault",
-                    rec.lanes_done.min(LANES)
                 ),
             ));
         }
@@ -212,39 +195,6 @@ impl Reconciler {
         }
     }
 
-    /// Sends the episode's barriers into every lane when they are due (the
-    /// send window over, or a resend after a backlog), and reads the
-    /// episode again: with nothing ahead of them, the issuer may have
-    /// acknowledged them already. `Err` says why the coupon still waits.
-    async fn send_due_barriers(
-        &self,
-        coupon: &CouponId,
-        rec: BarrierRecord,
-        now: i64,
-    ) -> Result<Result<BarrierRecord, String>, StoreError> {
-        if !self.barriers_due(&rec, now) {
-            return Ok(Ok(rec));
-        }
-        let facts = &self.ports.facts;
-        if let Err(e) = self
-            .ports
-            .redrive
-            .send_barriers(&Barrier::every_lane(coupon, &rec.id))
-            .await
-        {
-            warn!(coupon = %coupon, error = %e, "barriers not sent; the next pass sends them");
-            return Ok(Err(format!("its barriers could not be sent ({e}); sent next pass")));
-        }
-        let replaced = || "another reconciler pass replaced its wait".to_owned();
-        if !facts.barrier_sent(coupon, &rec.id, now).await? {
-            return Ok(Err(replaced()));
-        }
-        match facts.barrier(coupon).await? {
-            Some(again) if again.id == rec.id => Ok(Ok(again)),
-            _ => Ok(Err(replaced())),
-        }
-    }
-
     /// Called before the first repair a passed gate allows: closes the
     /// episode (once per pass). False if another pass closed or replaced it
     /// meanwhile: this pass then repairs nothing.
@@ -269,25 +219,14 @@ impl Reconciler {
         Ok(false)
     }
 
-    /// True if a pass over `rec`'s coupon has something to do now: send
-    /// its barriers (the send window is over, or their last sending is a
-    /// backlog horizon old: a barrier that went to the dead-letter queue
-    /// never comes back), or repair once they all came through.
-    pub(super) fn barriers_due(&self, rec: &BarrierRecord, now: i64) -> bool {
-        match rec.sent_ms {
-            None => now >= rec.send_after_ms,
-            Some(sent) => now - sent >= self.settings.backlog_ms,
-        }
-    }
-
     /// Whether a pass over `coupon` could move its repair on now; false
-    /// only while it waits for barriers still on their way or for the send
-    /// window (one read, for callers that follow a wait closely).
+    /// only while it waits for the send window (one read, for callers that
+    /// follow a wait closely).
     pub async fn repair_due(&self, coupon: &CouponId) -> Result<bool, StoreError> {
         let now = self.ports.clock.now_ms();
         Ok(match self.ports.facts.barrier(coupon).await? {
             None => true,
-            Some(rec) => rec.passed() || self.barriers_due(&rec, now),
+            Some(rec) => now >= rec.send_after_ms,
         })
     }
 

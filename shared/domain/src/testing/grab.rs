@@ -11,8 +11,9 @@ use async_trait::async_trait;
 use crate::clock::ManualClock;
 use crate::error::{PublishError, StoreError};
 use crate::grab::ports::{
-    BorrowEnd, Claim, ClaimReply, ClaimStep, CouponCatalog, Decision, EntryReply, GrantPublisher, Peek, PeekReply,
-    Recorded, RepairRequests, RiskDecision, RiskGuard, RiskHold, StockLedger, TakeReply,
+    BorrowEnd, Claim, ClaimError, ClaimReply, ClaimStep, CouponCatalog, Decision, EntryReply, GrantClaims,
+    GrantPublisher, Peek, PeekReply, Recorded, RepairRequests, RiskDecision, RiskGuard, RiskHold, StockLedger,
+    TakeReply,
 };
 use crate::grant::Grant;
 use crate::ids::{ClientIp, CouponId, DeviceId, UserId};
@@ -219,6 +220,29 @@ impl GrantPublisher for FakeQueue {
         }
         self.sent.lock().unwrap().push(grant.clone());
         Ok(())
+    }
+}
+
+/// Writes (and keeps) or refuses every claim.
+#[derive(Default)]
+pub struct FakeClaims {
+    /// Refuse every claim.
+    pub fail: bool,
+    /// Every grant claimed, in order.
+    pub claimed: Mutex<Vec<Grant>>,
+}
+
+#[async_trait]
+impl GrantClaims for FakeClaims {
+    async fn claim(&self, grants: &[Grant], _within_ms: u64) -> Vec<Result<(), ClaimError>> {
+        if self.fail {
+            return grants
+                .iter()
+                .map(|_| Err(ClaimError::Unavailable(PublishError("throttled".into()))))
+                .collect();
+        }
+        self.claimed.lock().unwrap().extend_from_slice(grants);
+        grants.iter().map(|_| Ok(())).collect()
     }
 }
 

@@ -18,7 +18,9 @@ mod shards;
 mod wallet;
 
 pub use center::{MemoryLiveCoupons, ScriptedStandings};
-pub use grab::{AllowAll, CountingQueue, FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, ScriptedLedger, Silent};
+pub use grab::{
+    AllowAll, CountingQueue, FakeClaims, FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, ScriptedLedger, Silent,
+};
 pub use lottery::MemoryEntries;
 pub use notify::{MemoryBus, MemoryReminderBus};
 pub use reconcile::{FakeRedrive, MemoryFacts};

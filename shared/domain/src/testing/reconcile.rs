@@ -3,15 +3,16 @@
 //! (the Redis side is in `shards.rs`).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use async_trait::async_trait;
 
 use crate::audit::AuditEntry;
-use crate::barrier::{Barrier, BarrierRecord};
+use crate::barrier::BarrierRecord;
 use crate::blacklist::BlacklistRecord;
 use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::{PublishError, StoreError};
+use crate::grab::ports::{ClaimError, GrantClaims};
 use crate::grant::Grant;
 use crate::ids::{CouponId, GrantId, UserId};
 use crate::reconcile::ports::{DurableFacts, Redrive, RejectedGrant};
@@ -47,18 +48,11 @@ pub struct MemoryFacts {
     pub change_after_read: Mutex<Option<(CouponDefinition, u64)>>,
     /// Each coupon's open barrier episode.
     pub barriers: Mutex<HashMap<CouponId, BarrierRecord>>,
+    /// The grants claimed (the grab's and the re-drive's claims), in order.
+    pub claims: Mutex<Vec<Grant>>,
 }
 
 impl MemoryFacts {
-    /// What the issuer records on a barrier's arrival.
-    pub fn acknowledge(&self, barrier: &Barrier) {
-        if let Some(rec) = self.barriers.lock().unwrap().get_mut(&barrier.coupon_id) {
-            if rec.id == barrier.barrier_id {
-                rec.lanes_done += 1;
-            }
-        }
-    }
-
     /// Records `grant` as issued.
     pub fn issue(&self, grant: &Grant) {
         *self.issued.lock().unwrap().entry(grant.coupon_id.clone()).or_default() += 1;
@@ -71,6 +65,26 @@ impl MemoryFacts {
             .entry(grant.user_id.clone())
             .or_default()
             .push(Held::of(grant));
+    }
+}
+
+#[async_trait]
+impl GrantClaims for MemoryFacts {
+    /// As the claims table does: a new claim, or the same again, is
+    /// written; a grant id claimed for another grant is refused.
+    async fn claim(&self, grants: &[Grant], _within_ms: u64) -> Vec<Result<(), ClaimError>> {
+        let mut claims = self.claims.lock().unwrap();
+        grants
+            .iter()
+            .map(|g| match claims.iter().find(|c| c.grant_id == g.grant_id) {
+                Some(c) if c != g => Err(ClaimError::Reminted(g.grant_id.clone())),
+                Some(_) => Ok(()),
+                None => {
+                    claims.push(g.clone());
+                    Ok(())
+                }
+            })
+            .collect()
     }
 }
 
@@ -113,6 +127,17 @@ impl DurableFacts for MemoryFacts {
     async fn holdings(&self, coupon: &CouponId) -> Result<Holdings, StoreError> {
         Ok(self.holdings.lock().unwrap().get(coupon).cloned().unwrap_or_default())
     }
+    async fn claims(&self, coupon: &CouponId) -> Result<Vec<Grant>, StoreError> {
+        let mut seen = HashSet::new();
+        Ok(self
+            .claims
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|g| &g.coupon_id == coupon && seen.insert(g.grant_id.clone()))
+            .cloned()
+            .collect())
+    }
     async fn record_rebuild(&self, coupon: &CouponId, _: i64, restored: u64) -> Result<(), StoreError> {
         self.rebuilds.lock().unwrap().push((coupon.clone(), restored));
         Ok(())
@@ -141,15 +166,6 @@ impl DurableFacts for MemoryFacts {
         }
         barriers.insert(coupon.clone(), record.clone());
         Ok(true)
-    }
-    async fn barrier_sent(&self, coupon: &CouponId, id: &str, sent_ms: i64) -> Result<bool, StoreError> {
-        Ok(match self.barriers.lock().unwrap().get_mut(coupon) {
-            Some(rec) if rec.id == id => {
-                rec.sent_ms = Some(sent_ms);
-                true
-            }
-            _ => false,
-        })
     }
     async fn close_barrier(&self, coupon: &CouponId, id: &str) -> Result<bool, StoreError> {
         let mut barriers = self.barriers.lock().unwrap();
@@ -186,10 +202,7 @@ impl BlacklistRecord for MemoryFacts {
     }
 }
 
-/// A queue that keeps what is re-driven to it, in front of an issuer that
-/// acknowledges barriers in `issuer` (the durable facts): at once, unless
-/// `hold_barriers` says the coupon's own grants are still ahead of them
-/// (then on [`FakeRedrive::deliver`]).
+/// A queue that keeps what is re-driven to it.
 #[derive(Default)]
 pub struct FakeRedrive {
     /// Every grant sent, in order.
@@ -199,36 +212,6 @@ pub struct FakeRedrive {
     /// Messages still on their way to the issuer, every coupon's (`None`:
     /// 0).
     pub in_flight: Mutex<Option<u64>>,
-    /// True while barriers wait behind grants of their own lanes.
-    pub hold_barriers: Mutex<bool>,
-    /// Where barriers are acknowledged.
-    pub issuer: Option<Arc<MemoryFacts>>,
-    /// Barriers sent and not yet acknowledged.
-    pub barriers: Mutex<Vec<Barrier>>,
-    /// How many barriers were sent in all.
-    pub barriers_sent: Mutex<usize>,
-}
-
-impl FakeRedrive {
-    /// A queue whose barriers the issuer acknowledges in `facts`.
-    pub fn feeding(facts: Arc<MemoryFacts>) -> Self {
-        Self {
-            issuer: Some(facts),
-            ..Self::default()
-        }
-    }
-
-    /// The issuer reaches every barrier waiting in the queue (and the grants
-    /// ahead of them), and acknowledges it; later ones come through at once.
-    pub fn deliver(&self) {
-        *self.hold_barriers.lock().unwrap() = false;
-        let waiting = std::mem::take(&mut *self.barriers.lock().unwrap());
-        if let Some(facts) = &self.issuer {
-            for b in &waiting {
-                facts.acknowledge(b);
-            }
-        }
-    }
 }
 
 #[async_trait]
@@ -236,14 +219,6 @@ impl Redrive for FakeRedrive {
     async fn redrive(&self, grants: &[Grant], _within_ms: u64) -> Result<usize, PublishError> {
         self.sent.lock().unwrap().extend_from_slice(grants);
         Ok(grants.len())
-    }
-    async fn send_barriers(&self, barriers: &[Barrier]) -> Result<(), PublishError> {
-        *self.barriers_sent.lock().unwrap() += barriers.len();
-        self.barriers.lock().unwrap().extend_from_slice(barriers);
-        if !*self.hold_barriers.lock().unwrap() {
-            self.deliver();
-        }
-        Ok(())
     }
     async fn dlq_depth(&self) -> Result<Option<u64>, PublishError> {
         Ok(self.dlq_depth)

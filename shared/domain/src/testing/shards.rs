@@ -160,6 +160,7 @@ impl StockRepair for MemoryShards {
         seq_base: u64,
         holders: &[(UserId, Vec<Held>)],
         taken: &[(UserId, GrantRecord)],
+        outbox: &[Grant],
         _now_ms: i64,
     ) -> Result<bool, StoreError> {
         if std::mem::take(&mut *self.restore_dies.lock().unwrap()) {
@@ -181,6 +182,13 @@ impl StockRepair for MemoryShards {
                     .flat_map(|(u, held)| held.iter().filter_map(|h| h.outcome.clone()).map(|o| (u.clone(), o)))
                     .collect(),
                 taken: taken.to_vec(),
+                outbox: outbox
+                    .iter()
+                    .map(|g| OutboxEntry {
+                        seq: g.grant_id.seq(),
+                        grant: g.clone(),
+                    })
+                    .collect(),
                 version: coupon.version,
                 status: Some(coupon.definition.status),
                 seq: seq_base,

@@ -8,12 +8,13 @@ use super::*;
 use crate::clock::ManualClock;
 use crate::metrics::RecordingMetrics;
 use crate::outcome::RiskReason;
-use crate::testing::{FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, ScriptedLedger};
+use crate::testing::{FakeClaims, FakeQueue, FakeRepairs, FakeRisk, MemoryCatalog, ScriptedLedger};
 
 struct World {
     ledger: Arc<ScriptedLedger>,
     risk: Arc<FakeRisk>,
     queue: Arc<FakeQueue>,
+    claims: Arc<FakeClaims>,
     catalog: Arc<MemoryCatalog>,
     repairs: Arc<FakeRepairs>,
     metrics: Arc<RecordingMetrics>,
@@ -40,7 +41,19 @@ fn world_at(
     catalog: MemoryCatalog,
     clock: ManualClock,
 ) -> World {
+    world_claiming(ledger, risk, queue, FakeClaims::default(), catalog, clock)
+}
+
+fn world_claiming(
+    ledger: ScriptedLedger,
+    risk: FakeRisk,
+    queue: FakeQueue,
+    claims: FakeClaims,
+    catalog: MemoryCatalog,
+    clock: ManualClock,
+) -> World {
     let (ledger, risk, queue, catalog) = (Arc::new(ledger), Arc::new(risk), Arc::new(queue), Arc::new(catalog));
+    let claims = Arc::new(claims);
     let repairs = Arc::new(FakeRepairs::default());
     let metrics = Arc::new(RecordingMetrics::default());
     let service = GrabService::new(
@@ -48,6 +61,7 @@ fn world_at(
             ledger: ledger.clone(),
             risk: risk.clone(),
             publisher: queue.clone(),
+            claims: claims.clone(),
             catalog: catalog.clone(),
             repairs: repairs.clone(),
             entries: Arc::new(crate::testing::MemoryEntries::default()),
@@ -60,6 +74,7 @@ fn world_at(
         ledger,
         risk,
         queue,
+        claims,
         catalog,
         repairs,
         metrics,
@@ -106,6 +121,61 @@ async fn a_winner_whose_send_fails_is_not_told_success_and_keeps_its_hold() {
     assert!(matches!(outcome, Err(GrabError::NotQueued(_))), "{outcome:?}");
     assert_eq!(w.metrics.total("GrantQueueFailed"), 1);
     assert_eq!(*w.risk.released.lock().unwrap(), 0, "a win keeps its risk hold");
+}
+
+/// A rebuild after a cache loss counts what is on its way from the claims:
+/// a grant reaches the queue only once its claim is written, and a claim
+/// that cannot be written holds the send back (BUSY; the outbox keeps the
+/// grant, and the retry claims and sends it).
+#[tokio::test]
+async fn a_win_is_sent_only_after_its_claim_is_written() {
+    let won = || ScriptedLedger {
+        shards: 1,
+        claim: Some(ClaimReply::Won(record("c-0-1", 0))),
+        ..Default::default()
+    };
+    let refusing = FakeClaims {
+        fail: true,
+        ..Default::default()
+    };
+    let w = world_claiming(
+        won(),
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+        refusing,
+        MemoryCatalog::default(),
+        ManualClock::new(1_000),
+    );
+    let outcome = w.service.grab(&request("u")).await;
+    assert!(matches!(outcome, Err(GrabError::NotQueued(_))), "{outcome:?}");
+    assert!(
+        w.queue.sent.lock().unwrap().is_empty(),
+        "nothing sent without its claim"
+    );
+    assert_eq!(w.metrics.total("GrantQueueFailed"), 1);
+    assert_eq!(*w.risk.released.lock().unwrap(), 0, "a win keeps its risk hold");
+
+    let failing_queue = FakeQueue {
+        fail: true,
+        ..Default::default()
+    };
+    let w = world(won(), FakeRisk::allowing(), failing_queue);
+    let outcome = w.service.grab(&request("u")).await;
+    assert!(matches!(outcome, Err(GrabError::NotQueued(_))), "{outcome:?}");
+    let claimed: Vec<String> = w
+        .claims
+        .claimed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|g| g.grant_id.to_string())
+        .collect();
+    assert_eq!(claimed, vec!["c-0-1"], "the claim is written before the send is tried");
+
+    let w = world(won(), FakeRisk::allowing(), FakeQueue::default());
+    let outcome = w.service.grab(&request("u")).await;
+    assert!(matches!(outcome, Ok(GrabOutcome::Won { .. })), "{outcome:?}");
+    assert_eq!(*w.claims.claimed.lock().unwrap(), *w.queue.sent.lock().unwrap());
 }
 
 /// The reconciler trusts that every send decided before a shard was lost
@@ -359,6 +429,7 @@ async fn a_guard_that_reserves_nothing_lets_one_call_decide() {
             ledger: ledger.clone(),
             risk: Arc::new(crate::testing::AllowAll),
             publisher: Arc::new(FakeQueue::default()),
+            claims: Arc::new(FakeClaims::default()),
             catalog: Arc::new(MemoryCatalog::default()),
             repairs: Arc::new(FakeRepairs::default()),
             entries: Arc::new(crate::testing::MemoryEntries::default()),

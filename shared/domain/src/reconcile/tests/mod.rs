@@ -31,6 +31,7 @@ struct World {
     queue: Arc<FakeRedrive>,
     metrics: Arc<RecordingMetrics>,
     ledger: Arc<ScriptedLedger>,
+    clock: ManualClock,
     reconciler: Reconciler,
 }
 
@@ -47,7 +48,8 @@ fn world_with(ledger: ScriptedLedger) -> World {
 fn world_windowed(ledger: ScriptedLedger, send_window: i64) -> World {
     let facts = Arc::new(MemoryFacts::default());
     let shards = Arc::new(MemoryShards::default());
-    let queue = Arc::new(FakeRedrive::feeding(facts.clone()));
+    let queue = Arc::new(FakeRedrive::default());
+    let clock = ManualClock::new(NOW);
     let metrics = Arc::new(RecordingMetrics::default());
     let ledger = Arc::new(ledger);
     let reconciler = Reconciler::new(
@@ -56,11 +58,12 @@ fn world_windowed(ledger: ScriptedLedger, send_window: i64) -> World {
             repair: shards.clone(),
             ledger: ledger.clone(),
             redrive: queue.clone(),
+            claims: facts.clone(),
             blacklist: facts.clone(),
             flags: shards.clone(),
             live: shards.clone(),
             entries: Arc::new(crate::testing::MemoryEntries::default()),
-            clock: Arc::new(ManualClock::new(NOW)),
+            clock: Arc::new(clock.clone()),
             metrics: metrics.clone(),
         },
         ReconcileSettings {
@@ -76,6 +79,7 @@ fn world_windowed(ledger: ScriptedLedger, send_window: i64) -> World {
         queue,
         metrics,
         ledger,
+        clock,
         reconciler,
     }
 }
@@ -141,6 +145,43 @@ async fn a_stale_pending_grant_is_redriven_and_a_confirmed_one_trimmed() {
     assert_eq!((r.trimmed, r.pending, r.redriven), (1, 2, 1));
     assert_eq!(w.shards.state(&def.coupon_id, 0).unwrap().outbox.len(), 2);
     assert_eq!((r.remaining, r.issued, r.drift), (7, 1, 0));
+}
+
+/// A shard that failed over to a replica lacking a sent grant mints that
+/// grant's id again for someone else: the second grant's claim is refused,
+/// so it is never sent (SQS would drop it as the first's duplicate). The
+/// re-drive sends every other grant, and drops that shard for a rebuild
+/// from the claims (which know the first grant is on its way).
+#[tokio::test]
+async fn a_re_drive_sends_what_it_claimed_and_drops_the_shard_that_minted_a_claimed_id_again() {
+    let w = world();
+    let def = coupon(10, 2);
+    w.shards.put(&def.coupon_id, 0, 7);
+    w.shards.put(&def.coupon_id, 1, 1);
+    let first = grant(5, 0, "u1", NOW - 60_000);
+    let again = grant(5, 0, "u2", NOW - 60_000);
+    let other = grant(9, 1, "u3", NOW - 60_000);
+    w.facts.claims.lock().unwrap().push(first.clone());
+    w.shards.push(&again);
+    w.shards.push(&other);
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert_eq!(
+        *w.queue.sent.lock().unwrap(),
+        vec![other],
+        "the other grant is not held up"
+    );
+    assert!(
+        w.shards.state(&def.coupon_id, 0).is_none(),
+        "the shard that minted the id again is dropped for the rebuild"
+    );
+    assert_eq!(r.shards_rolled_back, 1);
+    assert_eq!(
+        *w.facts.claims.lock().unwrap(),
+        vec![first, grant(9, 1, "u3", NOW - 60_000)],
+        "the first grant's claim stands"
+    );
 }
 
 #[tokio::test]
@@ -228,16 +269,16 @@ async fn a_pending_grant_is_re_driven_at_once_only_when_the_queue_is_empty() {
 }
 
 /// A grab that found the coupon's Redis state gone asks for a repair: the
-/// named coupon is rebuilt at once, an unknown one is skipped, and a
-/// rebuild that must wait for the queue says so (the request is retried).
+/// named coupon is rebuilt once the sends decided before the loss can no
+/// longer land, an unknown one is skipped, and a rebuild that must wait
+/// says so (the request is retried).
 #[tokio::test]
 async fn a_repair_request_rebuilds_the_named_coupon_or_says_it_waits() {
-    let w = world();
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
     let def = coupon(10, 1);
     w.facts.definitions.lock().unwrap().push(def.clone());
     let unknown = CouponId::parse("never-created").unwrap();
 
-    *w.queue.hold_barriers.lock().unwrap() = true;
     let waiting = w
         .reconciler
         .repair(&[def.coupon_id.clone(), unknown.clone()])
@@ -247,7 +288,7 @@ async fn a_repair_request_rebuilds_the_named_coupon_or_says_it_waits() {
     assert_eq!(waiting.coupons[0].shards_waiting, 1);
     assert!(w.shards.state(&def.coupon_id, 0).is_none());
 
-    w.queue.deliver();
+    w.clock.set(NOW + SEND_WINDOW);
     let repaired = w
         .reconciler
         .repair(&[def.coupon_id.clone(), def.coupon_id.clone()])

@@ -385,3 +385,33 @@ async fn a_rebuild_starts_its_sequence_above_every_issued_grant_even_when_the_ma
         rebuilt.seq
     );
 }
+
+/// A claimed grant the issuer rejected (the cap, or its ordinal taken)
+/// holds nothing: a rebuild that restored it would count a coupon its user
+/// never got and answer a retry of its request with a grant that was
+/// rejected.
+#[tokio::test]
+async fn a_rebuild_restores_no_claim_and_no_answer_from_a_rejected_grant() {
+    let w = world();
+    let def = coupon(4, 1);
+    let rejected = grant(3, 0, "u1", NOW - 90_000);
+    w.facts.claims.lock().unwrap().push(rejected.clone());
+    w.facts
+        .rejections
+        .lock()
+        .unwrap()
+        .entry(def.coupon_id.clone())
+        .or_default()
+        .push(crate::reconcile::ports::RejectedGrant {
+            grant_id: rejected.grant_id.clone(),
+            reason: crate::user_coupon::RejectReason::CapReached,
+        });
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    let rebuilt = w.shards.state(&def.coupon_id, 0).expect("rebuilt");
+    assert!(rebuilt.users.is_empty(), "u1 holds nothing: {:?}", rebuilt.users);
+    assert!(rebuilt.outcomes.is_empty(), "no request replays the rejected grant");
+    assert!(rebuilt.outbox.is_empty(), "nothing of it is on its way");
+    assert_eq!((r.shards_rebuilt, r.pending), (1, 0));
+}

@@ -1,0 +1,157 @@
+//! The grants on their way ([`GrantClaims`]): each grant's claim is put in
+//! the claims table before the grant is sent, and read back, every one of
+//! a coupon's, by the rebuild of a shard Redis lost
+//! ([`DynamoClaims::all`]).
+//!
+//! A coupon's claims are spread over its [`LANES`] partitions
+//! (`CLAIMS#<coupon>#<lane>`, the lane its grant travels in), so a sale
+//! writes them at `LANES` times one partition's rate, as it sends them,
+//! and a rebuild reads the lanes at once. Each item holds the grant as
+//! the queue carries it (`grant`, JSON). A claim is never deleted while
+//! its coupon may be rebuilt: the rebuild counts the units that left the
+//! shards as the claims there are, so a claim deleted once its grant is
+//! issued would make a grant issued between two of its reads count
+//! nowhere, or twice. DynamoDB's TTL (`expires_at`) removes it after
+//! [`KEEP_SECONDS`]; its own table keeps it out of every scan.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use coupon_domain::barrier::{lane_of, LANES};
+use coupon_domain::error::{PublishError, StoreError};
+use coupon_domain::grab::ports::{ClaimError, GrantClaims};
+use coupon_domain::grant::Grant;
+use coupon_domain::ids::CouponId;
+use futures::stream::{self, StreamExt, TryStreamExt};
+
+use super::items::{get_s, malformed, n, s, Item, Tables};
+use super::keys::claims_pk;
+
+/// How long a claim is kept: far longer than a coupon sells, so every
+/// claim of a coupon that can still be rebuilt is there.
+pub const KEEP_SECONDS: i64 = 400 * 86_400;
+
+/// Claims written or lanes read at once.
+const AT_ONCE: usize = 16;
+
+/// [`GrantClaims`] on DynamoDB, and the claims' reader.
+#[derive(Debug, Clone)]
+pub struct DynamoClaims {
+    tables: Tables,
+}
+
+impl DynamoClaims {
+    /// Claims in the claims table of `tables`.
+    pub fn new(tables: Tables) -> Self {
+        Self { tables }
+    }
+
+    /// The same, for a function that knows only the claims table among
+    /// the three (the grab).
+    pub fn in_table(client: aws_sdk_dynamodb::Client, claims_table: impl Into<String>) -> Self {
+        let names = crate::config::TableNames {
+            coupons: String::new(),
+            user_coupons: String::new(),
+            claims: claims_table.into(),
+        };
+        Self::new(Tables::new(client, &names))
+    }
+
+    fn item(grant: &Grant) -> Result<Item, PublishError> {
+        let body = serde_json::to_string(grant).map_err(|e| PublishError(Box::new(e)))?;
+        Ok(HashMap::from([
+            (
+                "pk".to_owned(),
+                s(claims_pk(&grant.coupon_id, lane_of(grant.grant_id.as_str()))),
+            ),
+            ("sk".to_owned(), s(grant.grant_id.as_str())),
+            ("grant".to_owned(), s(body)),
+            ("expires_at".to_owned(), n(grant.granted_at_ms / 1000 + KEEP_SECONDS)),
+        ]))
+    }
+
+    /// Puts one claim, unless the grant id is claimed for another grant: a
+    /// shard that minted the id again (a failover to a replica that lacked
+    /// the first) must not have the second grant sent as if it were the
+    /// first, which SQS would drop as a duplicate.
+    async fn put(&self, grant: &Grant) -> Result<(), ClaimError> {
+        let item = Self::item(grant).map_err(ClaimError::Unavailable)?;
+        let body = item.get("grant").cloned().unwrap_or_else(|| s(""));
+        let result = self
+            .tables
+            .client
+            .put_item()
+            .table_name(&self.tables.claims)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk) OR #g = :g")
+            .expression_attribute_names("#g", "grant")
+            .expression_attribute_values(":g", body)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
+                Err(ClaimError::Reminted(grant.grant_id.clone()))
+            }
+            Err(e) => Err(ClaimError::Unavailable(PublishError(Box::new(e)))),
+        }
+    }
+
+    /// [`Self::put`], begun only before `deadline` and given up at it.
+    async fn put_by(&self, grant: &Grant, deadline: tokio::time::Instant) -> Result<(), ClaimError> {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ClaimError::Unavailable(PublishError(
+                "the send budget was spent before the claim".into(),
+            )));
+        }
+        match tokio::time::timeout_at(deadline, self.put(grant)).await {
+            Ok(written) => written,
+            Err(elapsed) => Err(ClaimError::Unavailable(PublishError(Box::new(elapsed)))),
+        }
+    }
+
+    /// Every grant of `coupon` ever claimed (and not expired): each one
+    /// sent, or about to be, and on its way unless DynamoDB has issued or
+    /// rejected it since. Read consistently, the lanes at once.
+    pub async fn all(&self, coupon: &CouponId) -> Result<Vec<Grant>, StoreError> {
+        let lanes: Vec<Vec<Item>> = stream::iter(0..LANES)
+            .map(|lane| {
+                self.tables.query_all(
+                    &self.tables.claims,
+                    None,
+                    "pk = :pk",
+                    HashMap::from([(":pk".to_owned(), s(claims_pk(coupon, lane)))]),
+                )
+            })
+            .buffered(AT_ONCE)
+            .try_collect()
+            .await?;
+        lanes
+            .iter()
+            .flatten()
+            .map(|item| {
+                let body = get_s(item, "grant").ok_or_else(|| malformed("grant claim", "no grant attribute"))?;
+                serde_json::from_str(body).map_err(|e| malformed("grant claim", e.to_string()))
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl GrantClaims for DynamoClaims {
+    async fn claim(&self, grants: &[Grant], within_ms: u64) -> Vec<Result<(), ClaimError>> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(within_ms);
+        // Each put given up at the deadline whatever the SDK's own timeouts
+        // are, and none begun after it: the send that follows must fit in
+        // the same budget, and a claim must not land after the window the
+        // rebuild waits out. (One already on the wire may still land after
+        // its caller gave up: it names a grant never sent, which a rebuild
+        // counts on its way, writes back to its shard's outbox, and the
+        // reconciler re-drives from there.)
+        let puts: Vec<_> = grants.iter().map(|g| self.put_by(g, deadline)).collect();
+        stream::iter(puts).buffered(AT_ONCE).collect().await
+    }
+}
