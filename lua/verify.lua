@@ -3,7 +3,7 @@
 -- than grants users were told about (a snapshot), and sells nothing until
 -- checked. First called to look (ARGV[2] empty), which records since when
 -- the shard has been suspect on this history; once every grant sent before
--- the restart was found is in DynamoDB (the coupon's barriers have passed,
+-- the restart was found is claimed in DynamoDB (the send window has passed,
 -- domain reconcile/wait.rs), called with the shard's durable high-water mark: a
 -- sequence below it rolled back and is dropped (the rebuild restores it),
 -- and so is a shard that had nothing to sell at some instant since its

@@ -31,8 +31,7 @@ async fn own_server() -> (Server, Harness) {
 
 /// Restarts the server from its snapshot and lets the reconciler settle
 /// its shards: a pass that finds them suspect, then passes past the send
-/// window until none waits for its coupon's barriers (a local queue may
-/// hand them over a pass later: LocalStack's does).
+/// window until none of them waits.
 async fn restart_and_check(server: &mut Server, h: &Harness, def: &CouponDefinition) -> CouponReport {
     server.restart_from_snapshot();
     h.wait_for_redis().await;
@@ -370,7 +369,7 @@ async fn a_snapshot_from_before_a_rebuild_is_never_taken_for_the_rebuilt_state()
     h.flush_redis().await;
     assert_eq!(h.reconcile(&def).await.shards_rebuilt, 3);
     // Time goes on before the restart: the restart's wait is an episode of
-    // its own (its barriers' deduplication ids name the instant it opened).
+    // its own (opened at the instant the restart is found).
     h.clock.advance(1_000);
     let borrower = homed_on(2, 3, "u");
     let won = h.grab(&coupon, &borrower, "r").await;

@@ -2,7 +2,7 @@
 //! out.
 //!
 //! The grant queue is FIFO (one message group per lane of a coupon, see
-//! `coupon_domain::barrier`). Grants of a batch are issued concurrently.
+//! `coupon_domain::barrier::LANES`). Grants of a batch are issued concurrently.
 //! Each one that fails is named
 //! in `batchItemFailures`, so SQS re-delivers exactly those and never the
 //! ones that succeeded; a poison message keeps failing until

@@ -64,7 +64,7 @@ pub struct Reminding {
     pub clock: Arc<dyn Clock>,
 }
 
-/// Between two looks at a waiting coupon's barriers (one DynamoDB read);
+/// Between two looks at a waiting coupon's episode (one DynamoDB read);
 /// a full pass runs only once one can move the repair on.
 const REPAIR_STEP: std::time::Duration = std::time::Duration::from_millis(250);
 
@@ -73,15 +73,14 @@ const REPAIR_STEP: std::time::Duration = std::time::Duration::from_millis(250);
 /// read) and runs the whole pass.
 pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error> {
     if let Some(coupons) = repair_requests(&event.payload) {
-        // The whole batch succeeds or fails together: a failed pass is
-        // retried by SQS. A coupon whose repair waits for its grants on
-        // their way is followed while the wait lasts: its barriers are
-        // looked at every step (one read), and a pass runs as soon as one
-        // can move the repair on (send them once the send window is over,
-        // repair once they are through), so the sale reopens within a step
-        // of them, not at the next request; past `repair_follow`, the
-        // grabs that keep finding it gone ask again (or the schedule heals
-        // it if nobody presses).
+        // The whole batch succeeds or fails together: a failed pass (Redis
+        // or DynamoDB failing during it, as in a restart) is retried by
+        // SQS. A coupon whose repair waits out the send window is followed
+        // while the wait lasts: its episode is looked at every step (one
+        // read), and a pass runs as soon as the window is over, so the sale
+        // reopens within a step of it, not at the next request; past
+        // `repair_follow`, the grabs that keep finding it gone ask again
+        // (or the schedule heals it if nobody presses).
         let deadline = tokio::time::Instant::now() + app.repair_follow;
         let mut report = app.reconciler.repair(&coupons).await?;
         loop {

@@ -54,7 +54,7 @@ async fn the_reconciler_restores_blacklist_flags_redis_lost_but_never_a_lifted_o
 
     let report = h.reconciler_to(&h.queue_url).run().await.expect("reconcile");
     assert!(report.blacklist_restored >= 1, "{report:?}");
-    // The coupon itself comes back once its barriers have come through.
+    // The coupon itself comes back once the send window is over.
     h.reconcile(&def).await;
     let refused = h.grab(&def.coupon_id, &kept, "after").await;
     assert_eq!(refused.body["data"]["reason"], "BLACKLISTED", "{}", refused.body);

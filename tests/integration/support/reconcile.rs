@@ -136,8 +136,8 @@ impl Harness {
 
     /// Reconciles this harness's coupons as deployed, with the issuer
     /// consuming the grant queue meanwhile: a pass, and while `def`'s
-    /// coupon waits for its grants on their way (its barriers are queued
-    /// behind them), the issuer takes the queue and another pass follows.
+    /// coupon waits (the send window after a loss or a restart), the
+    /// issuer takes the queue and another pass follows.
     /// The report of `def`'s coupon from the last pass.
     pub async fn reconcile(&self, def: &CouponDefinition) -> CouponReport {
         self.reconcile_windowed(def, 0).await

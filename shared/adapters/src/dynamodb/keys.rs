@@ -65,8 +65,8 @@ pub fn entries_pk(coupon: &CouponId, shard: u32) -> String {
 pub const REPORT: &str = "REPORT";
 /// A user's blacklist entry.
 pub const ENTRY: &str = "ENTRY";
-/// The coupon's current wait for its grants on their way (a barrier
-/// episode, `coupon_domain::barrier::BarrierRecord`).
+/// The coupon's current wait for its grants on their way (an episode,
+/// `coupon_domain::barrier::BarrierRecord`; the key kept its first name).
 pub const BARRIER: &str = "BARRIER";
 
 /// Capped counter `k` of a coupon.

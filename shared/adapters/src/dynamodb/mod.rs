@@ -15,7 +15,7 @@
 //! | coupons | `COUPON#<id>` | `AUDIT#<ms>#<operation>` | an admin change: who, what, when |
 //! | coupons | `COUPON#<id>` | `OP#<key>` | an idempotency key an admin change claimed |
 //! | coupons | `COUPON#<id>` | `REPORT` | the latest on-demand reconciliation report |
-//! | coupons | `COUPON#<id>` | `BARRIER` | the reconciler's wait for the coupon's grants on their way: `barrier_id`, `opened_ms`, `send_after_ms`, `shards`, `sent_ms`, `lanes` (the lanes that acknowledged) |
+//! | coupons | `COUPON#<id>` | `BARRIER` | the reconciler's wait for the coupon's grants on their way after a loss or a restart (an episode): `barrier_id`, `opened_ms`, `send_after_ms` (the send window's end), `shards` |
 //! | coupons | `BLACKLIST#<user>` | `ENTRY` / `AUDIT#<ms>#<operation>` | the durable blacklist and its log |
 //! | coupons | `COUPON#<id>` | `REMIND#<user>` | a user's reminder, as its sender reads it: `created_ms`, `sent_for_ms` (the opening it was last sent for) |
 //! | coupons | `REMINDERS#<user>` | `COUPON#<id>` | the same reminder, as its user lists it (written and removed with it in one transaction) |
