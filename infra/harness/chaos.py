@@ -163,6 +163,11 @@ def main():
             print(f"  {label:<12}{name:<24}" + "".join(f"{str(r[c]):>{width}}" for c in cols)
                   + ("   <- FAILED" if not ok else f"   <- closed over {MAX_UNAVAILABLE_MS} ms" if slow else ""))
     for key, r in flat.items():
+        if r.get("unavailable_at") and r["unavailable_ms"] > MAX_UNAVAILABLE_MS // 2:
+            opened, closed = r["unavailable_at"]
+            steps = "; ".join(f"{i['atSecond']} s {i['what']}" for i in r["injected"] if opened - 5 <= i["atSecond"] <= closed)
+            print(f"  {key}: closed from {opened} s to {closed} s of the sale ({steps or 'no fault step then'})")
+    for key, r in flat.items():
         if "queued_at_fault" in r:
             print(f"  {key}: {r['queued_at_fault']} grants on the queue at the fault (the issuer paused)")
     page = out.with_suffix(".html")

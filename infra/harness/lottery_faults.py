@@ -157,5 +157,5 @@ def lottery_scenario(name, rig, short, seed):
     }
     if not drawn:
         result["lost"] += 1
-    result.update(availability(answers, healed[0] if healed else None))
+    result.update(availability(answers, healed[0] if healed else None, began))
     return result

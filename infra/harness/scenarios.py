@@ -17,7 +17,7 @@ from infra.harness.sale import Issuance, Sale, call, grab_host, host_press, watc
 UNAVAILABLE = {"BUSY", "TRANSPORT_ERROR", "GATEWAY_ERROR"}
 
 
-def availability(answers, healed_at):
+def availability(answers, healed_at, began):
     """What the users could not do, from every answer in the order heard:
 
     - busy: answers that decided nothing (503 BUSY, a 5xx, a broken
@@ -29,22 +29,27 @@ def availability(answers, healed_at):
     - recovery_ms: from the end of the fault (`healed_at`, None when the
       scenario has no fault with an end) to the first decided answer to a
       press sent after it (an answer in flight across the fault proves
-      nothing)."""
+      nothing);
+    - unavailable_at: when that stretch opened and closed, in seconds
+      from `began` (the sale's start, as the injected steps' `atSecond`)."""
     answers = sorted(answers)
     busy = sum(1 for _, _, code in answers if code in UNAVAILABLE)
-    longest, opened = 0.0, None
+    longest, opened, stretch = 0.0, None, None
     for at, _, code in answers:
         if code in UNAVAILABLE:
             opened = at if opened is None else opened
         elif opened is not None:
-            longest, opened = max(longest, at - opened), None
-    if opened is not None:
-        longest = max(longest, answers[-1][0] - opened)
+            if at - opened > longest:
+                longest, stretch = at - opened, (opened, at)
+            opened = None
+    if opened is not None and answers[-1][0] - opened > longest:
+        longest, stretch = answers[-1][0] - opened, (opened, answers[-1][0])
     recovery = None
     if healed_at is not None:
         after = [at for at, sent, code in answers if sent >= healed_at and code not in UNAVAILABLE]
         recovery = round(max(0.0, after[0] - healed_at) * 1000) if after else None
-    return {"busy": busy, "unavailable_ms": round(longest * 1000), "recovery_ms": recovery}
+    return {"busy": busy, "unavailable_ms": round(longest * 1000), "recovery_ms": recovery,
+            "unavailable_at": stretch and [round(t - began, 2) for t in stretch]}
 
 
 def judge(sale, figures):
@@ -178,7 +183,7 @@ class Run:
             result[label] = other
         if self.backlog:
             result["queued_at_fault"] = self.queued_at_fault
-        result.update(availability(self.sale.answers, self.healed[0] if self.healed else None))
+        result.update(availability(self.sale.answers, self.healed[0] if self.healed else None, self.began))
         result["injected"] = self.injected
         # Repair requests grabs sent when they found the coupon's state gone,
         # handed to the reconciler by the pump (the repair queue's mapping).

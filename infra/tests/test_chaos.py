@@ -13,21 +13,21 @@ def test_the_longest_stretch_of_undecided_answers_runs_from_the_first_busy_to_th
         (4.2, 4.1, "BUSY"),
         (4.3, 4.2, "ALREADY_CLAIMED"),
     ]
-    figures = scenarios.availability(answers, healed_at=1.95)
-    assert figures == {"busy": 3, "unavailable_ms": 2500, "recovery_ms": 2050}
+    figures = scenarios.availability(answers, healed_at=1.95, began=0.5)
+    assert figures == {"busy": 3, "unavailable_ms": 2500, "recovery_ms": 2050, "unavailable_at": [1.0, 3.5]}
 
 
 def test_an_answer_in_flight_across_the_end_of_the_fault_is_no_recovery():
     answers = [(3.0, 1.0, "SUCCESS"), (3.5, 3.2, "BUSY"), (6.0, 5.5, "SUCCESS")]
     # The first SUCCESS was sent before the fault ended at 2.0: the first
     # press sent after it was decided at 6.0.
-    assert scenarios.availability(answers, healed_at=2.0)["recovery_ms"] == 4000
+    assert scenarios.availability(answers, healed_at=2.0, began=0.0)["recovery_ms"] == 4000
 
 
 def test_a_stretch_still_open_when_the_presses_end_counts_to_the_last_answer():
     answers = [(1.0, 0.9, "SUCCESS"), (2.0, 1.9, "BUSY"), (9.0, 8.9, "TRANSPORT_ERROR")]
-    figures = scenarios.availability(answers, healed_at=None)
-    assert figures == {"busy": 2, "unavailable_ms": 7000, "recovery_ms": None}
+    figures = scenarios.availability(answers, healed_at=None, began=0.0)
+    assert figures == {"busy": 2, "unavailable_ms": 7000, "recovery_ms": None, "unavailable_at": [2.0, 9.0]}
 
 
 def test_a_sale_closed_longer_than_ten_seconds_fails_the_full_run_but_not_the_promise():

@@ -88,6 +88,7 @@ impl Config {
                 ))
             }
         };
+        let send_window_ms = send_window_ms(env)?;
         Ok(Self {
             redis,
             replication_group,
@@ -98,13 +99,36 @@ impl Config {
             grace_ms: reconcile_grace_ms(env)?,
             retention_hours: env.number("RECONCILE_RETENTION_HOURS", 168, 1..=24 * 90)?,
             backlog_ms: env.number("RECONCILE_BACKLOG_MS", 900_000, 0..=86_400_000)?,
-            send_window_ms: env.number("RECONCILE_SEND_WINDOW_MS", 3_000, 0..=600_000)?,
+            send_window_ms,
             repair_follow_ms: env.number("RECONCILE_REPAIR_FOLLOW_MS", 20_000, 0..=600_000)?,
             metrics_namespace: metrics_namespace(env),
             event_bus: env.optional("EVENT_BUS_NAME"),
             reminder_lead_ms: reminder_lead_ms(env)?,
         })
     }
+}
+
+/// The grab's send budget (`GRANT_SEND_BUDGET_MS`, 2000) and the
+/// re-drive's (at least 2000 ms): a rebuild trusts that no send, nor its
+/// claim, decided before a loss lands after the window.
+const MIN_SEND_BUDGET_MS: i64 = 2_000;
+
+/// `RECONCILE_SEND_WINDOW_MS`, at least a second (the clock skew allowed
+/// between instances) above the send budget, read here as the grab reads
+/// it when the two are set together; a window that is not fails the start.
+fn send_window_ms(env: &Env) -> Result<i64, ConfigError> {
+    let budget: i64 = env.number("GRANT_SEND_BUDGET_MS", MIN_SEND_BUDGET_MS, 100..=30_000)?;
+    let window: i64 = env.number("RECONCILE_SEND_WINDOW_MS", 3_000, 0..=600_000)?;
+    let least = budget.max(MIN_SEND_BUDGET_MS) + 1_000;
+    if window < least {
+        return Err(ConfigError::Invalid {
+            var: "RECONCILE_SEND_WINDOW_MS",
+            problem: format!(
+                "must be at least {least} ms: the send budget (GRANT_SEND_BUDGET_MS, at least {MIN_SEND_BUDGET_MS} ms for the re-drive) plus 1000 ms of clock skew, or a send decided before a loss could land after the rebuild"
+            ),
+        });
+    }
+    Ok(window)
 }
 
 #[cfg(test)]
@@ -141,5 +165,30 @@ mod tests {
         ]);
         let err = Config::read(&env).unwrap_err();
         assert!(err.to_string().starts_with("RECONCILE_RETENTION_HOURS is invalid"));
+    }
+
+    #[test]
+    fn a_send_window_not_a_second_above_the_send_budget_fails_the_start() {
+        let base = [
+            ("REDIS_URL", "redis://h"),
+            ("COUPONS_TABLE", "c"),
+            ("USER_COUPONS_TABLE", "u"),
+            ("CLAIMS_TABLE", "k"),
+            ("GRANT_QUEUE_URL", "http://q"),
+        ];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = base.to_vec();
+            pairs.extend_from_slice(extra);
+            Config::read(&Env::from_pairs(&pairs))
+        };
+        assert_eq!(with(&[]).unwrap().send_window_ms, 3_000);
+        let err = with(&[("RECONCILE_SEND_WINDOW_MS", "2500")]).unwrap_err();
+        assert!(err
+            .to_string()
+            .starts_with("RECONCILE_SEND_WINDOW_MS is invalid: must be at least 3000 ms"));
+        let err = with(&[("GRANT_SEND_BUDGET_MS", "5000")]).unwrap_err();
+        assert!(err.to_string().contains("at least 6000 ms"), "{err}");
+        let ok = with(&[("GRANT_SEND_BUDGET_MS", "5000"), ("RECONCILE_SEND_WINDOW_MS", "6000")]);
+        assert_eq!(ok.unwrap().send_window_ms, 6_000);
     }
 }

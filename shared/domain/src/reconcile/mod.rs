@@ -57,8 +57,11 @@
 //! - `mod.rs`: the run over every live coupon, a repair request's run over
 //!   named ones, the blacklist restore, the metrics of a pass.
 //! - `pass.rs`: one coupon's pass, the steps above each a method.
-//! - `repair.rs`: what a pass repairs (settings healed, re-drives held
-//!   back from unreplicated shards, borrows finished, lost shards rebuilt).
+//! - `restarts.rs`: step 0, shards behind DynamoDB (rolled back, or
+//!   restarted and checked).
+//! - `repair.rs`: the small repairs (settings healed, re-drives held back
+//!   from unreplicated shards, borrows finished).
+//! - `rebuild.rs`: lost shards rebuilt from DynamoDB.
 //! - `wait.rs`: the per-coupon wait for grants on their way.
 //! - `figures.rs`: the stock arithmetic, pure functions.
 //! - `report.rs`, `ports.rs`: what a pass reports; what it needs.
@@ -82,8 +85,10 @@ mod draw;
 mod figures;
 mod pass;
 pub mod ports;
+mod rebuild;
 mod repair;
 mod report;
+mod restarts;
 #[cfg(test)]
 mod tests;
 mod wait;
