@@ -135,14 +135,17 @@ fn send_window_ms(env: &Env) -> Result<i64, ConfigError> {
 mod tests {
     use super::*;
 
+    /// Every setting the reconciler requires but Redis's.
+    const TABLES: [(&str, &str); 4] = [
+        ("COUPONS_TABLE", "c"),
+        ("USER_COUPONS_TABLE", "u"),
+        ("CLAIMS_TABLE", "k"),
+        ("GRANT_QUEUE_URL", "http://q"),
+    ];
+
     #[test]
     fn the_reconciler_needs_a_redis_url_or_a_replication_group() {
-        let tables = [
-            ("COUPONS_TABLE", "c"),
-            ("USER_COUPONS_TABLE", "u"),
-            ("CLAIMS_TABLE", "k"),
-            ("GRANT_QUEUE_URL", "http://q"),
-        ];
+        let tables = TABLES;
         let err = Config::read(&Env::from_pairs(&tables)).unwrap_err();
         assert!(err
             .to_string()
@@ -169,15 +172,9 @@ mod tests {
 
     #[test]
     fn a_send_window_not_a_second_above_the_send_budget_fails_the_start() {
-        let base = [
-            ("REDIS_URL", "redis://h"),
-            ("COUPONS_TABLE", "c"),
-            ("USER_COUPONS_TABLE", "u"),
-            ("CLAIMS_TABLE", "k"),
-            ("GRANT_QUEUE_URL", "http://q"),
-        ];
         let with = |extra: &[(&'static str, &'static str)]| {
-            let mut pairs = base.to_vec();
+            let mut pairs = vec![("REDIS_URL", "redis://h")];
+            pairs.extend_from_slice(&TABLES);
             pairs.extend_from_slice(extra);
             Config::read(&Env::from_pairs(&pairs))
         };
