@@ -387,3 +387,35 @@ async fn a_sold_out_sale_answers_again_one_pass_after_a_restore_while_a_selling_
     assert_eq!(h.facts().issued(&sold_id).await.unwrap(), 2);
     assert!(h.facts().rejections(&sold_id).await.unwrap().is_empty());
 }
+
+/// A grab configured to wait for replicas (`REDIS_REPLICA_ACKS=1`, as the
+/// template sets it for a node-based cluster) and pointed at a cache that
+/// has no `WAIT` (ElastiCache Serverless) fails its cold start with a
+/// message naming the setting, instead of answering BUSY to every win;
+/// with the setting at 0 the same cache starts it.
+#[tokio::test]
+async fn a_grab_that_waits_for_replicas_refuses_to_start_on_a_cache_without_wait() {
+    let server = Server::without(&["WAIT"]);
+    let url = server.url();
+    let config = |acks: &str| {
+        let env = coupon_domain::config::Env::from_pairs(&[
+            ("REDIS_URL", url.as_str()),
+            ("REDIS_REPLICA_ACKS", acks),
+            ("GRANT_QUEUE_URL", "http://127.0.0.1:9/000000000000/grants"),
+            ("REPAIR_QUEUE_URL", "http://127.0.0.1:9/000000000000/repairs"),
+            ("COUPONS_TABLE", "coupons"),
+            ("CLAIMS_TABLE", "claims"),
+        ]);
+        grab::Config::read(&env).expect("a valid configuration")
+    };
+    let Err(refused) = grab::Clients::connect(&config("1")).await else {
+        panic!("a grab waiting for replicas started on a server without WAIT");
+    };
+    let message = refused.to_string();
+    assert!(message.starts_with("REDIS_REPLICA_ACKS is invalid"), "{message}");
+    assert!(message.contains("WAIT"), "{message}");
+    assert!(
+        grab::Clients::connect(&config("0")).await.is_ok(),
+        "a grab asking no replica acknowledgement starts on the same server"
+    );
+}

@@ -51,7 +51,6 @@ use coupon_domain::admin::{AdminContext, AdminError, AdminPorts, AdminService, R
 use coupon_domain::catalog::Created;
 use coupon_domain::clock::{Clock, SystemClock};
 use coupon_domain::coupon::{CouponDefinition, CouponStatus, Wave};
-use coupon_domain::error::StoreError;
 use coupon_domain::metrics::{EmfMetrics, Metrics};
 use coupon_domain::reconcile::ports::DurableFacts;
 use coupon_domain::reconcile::{ReconcileSettings, Reconciler};
@@ -267,7 +266,7 @@ pub struct Clients {
 
 impl Clients {
     /// The real clients.
-    pub async fn connect(config: &Config) -> Result<Self, StoreError> {
+    pub async fn connect(config: &Config) -> Result<Self, coupon_adapters::redis::StartError> {
         let sdk = aws::load(config.aws).await;
         Ok(Self {
             redis: secrets::connect_redis(&config.redis, &sdk).await?,

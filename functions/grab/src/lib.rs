@@ -303,7 +303,7 @@ pub struct Clients {
 impl Clients {
     /// The real clients: the AWS SDK configuration, the Redis auth token
     /// from Secrets Manager (if configured), one Redis connection.
-    pub async fn connect(config: &Config) -> Result<Self, coupon_domain::error::StoreError> {
+    pub async fn connect(config: &Config) -> Result<Self, coupon_adapters::redis::StartError> {
         let sdk = aws::load(config.sqs).await;
         Ok(Self {
             redis: secrets::connect_redis(&config.redis, &sdk).await?,

@@ -73,16 +73,32 @@ const REPAIR_STEP: std::time::Duration = std::time::Duration::from_millis(250);
 /// read) and runs the whole pass.
 pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error> {
     if let Some(coupons) = repair_requests(&event.payload) {
-        // The whole batch succeeds or fails together: a failed pass (Redis
-        // or DynamoDB failing during it, as in a restart) is retried by
-        // SQS. A coupon whose repair waits out the send window is followed
-        // while the wait lasts: its episode is looked at every step (one
-        // read), and a pass runs as soon as the window is over, so the sale
-        // reopens within a step of it, not at the next request; past
+        // The whole batch succeeds or fails together. A pass that fails
+        // (Redis or DynamoDB failing during it: the first command on a
+        // connection a server restart broke fails, and the connection
+        // comes back by itself) is tried again every step until
+        // `repair_follow` is spent, and only then handed back to SQS,
+        // which delivers it again only after the queue's visibility
+        // timeout: the restart that broke the connection is the fault
+        // being repaired, and its users wait for this pass. Every step of
+        // a pass is conditional, so running it again is safe. A coupon
+        // whose repair waits out the send window is followed while the
+        // wait lasts: its episode is looked at every step (one read), and
+        // a pass runs as soon as the window is over, so the sale reopens
+        // within a step of it, not at the next request; past
         // `repair_follow`, the grabs that keep finding it gone ask again
         // (or the schedule heals it if nobody presses).
         let deadline = tokio::time::Instant::now() + app.repair_follow;
-        let mut report = app.reconciler.repair(&coupons).await?;
+        let mut report = loop {
+            match app.reconciler.repair(&coupons).await {
+                Ok(report) => break report,
+                Err(e) if tokio::time::Instant::now() + REPAIR_STEP <= deadline => {
+                    warn!(error = %e, source = ?std::error::Error::source(&e), "repair pass failed; tried again");
+                    tokio::time::sleep(REPAIR_STEP).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         loop {
             let waiting: Vec<CouponId> = report
                 .coupons
@@ -95,15 +111,16 @@ pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error
             }
             tokio::time::sleep(REPAIR_STEP).await;
             // The requests' first pass is done: a failure while following
-            // (Redis or DynamoDB failing meanwhile) ends the follow, and the
-            // grabs' next requests, or the schedule, carry the repair on.
+            // (Redis or DynamoDB failing meanwhile) is tried again at the
+            // next step, until the follow is over; then the grabs' next
+            // requests, or the schedule, carry the repair on.
             let mut due = Vec::new();
             for coupon in waiting {
                 match app.reconciler.repair_due(&coupon).await {
                     Ok(true) => due.push(coupon),
                     Ok(false) => {}
                     Err(e) => {
-                        warn!(coupon = %coupon, error = %e, "repair not followed further");
+                        warn!(coupon = %coupon, error = %e, "repair not looked at this step");
                     }
                 }
             }
@@ -113,8 +130,8 @@ pub async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error
             let again = match app.reconciler.repair(&due).await {
                 Ok(again) => again,
                 Err(e) => {
-                    warn!(error = %e, source = ?std::error::Error::source(&e), "repair not followed further");
-                    break;
+                    warn!(error = %e, source = ?std::error::Error::source(&e), "repair pass failed; tried again");
+                    continue;
                 }
             };
             for figures in again.coupons {

@@ -22,7 +22,6 @@ use coupon_adapters::dynamodb::{self, DynamoCouponRepository, DynamoReminders, D
 use coupon_adapters::redis::{Redis, RedisOutbox};
 use coupon_adapters::{aws, secrets};
 use coupon_domain::clock::{Clock, SystemClock};
-use coupon_domain::error::StoreError;
 use coupon_domain::ids::{CouponId, GrantId, UserId};
 use coupon_domain::remind::{RemindError, Reminders};
 use coupon_domain::user_coupon::{CouponState, GrantStatus};
@@ -213,7 +212,7 @@ pub struct Clients {
 
 impl Clients {
     /// The real clients.
-    pub async fn connect(config: &Config) -> Result<Self, StoreError> {
+    pub async fn connect(config: &Config) -> Result<Self, coupon_adapters::redis::StartError> {
         let sdk = aws::load(config.dynamodb).await;
         Ok(Self {
             redis: secrets::connect_redis(&config.redis, &sdk).await?,

@@ -8,7 +8,7 @@
 use aws_sdk_secretsmanager::Client;
 
 use crate::config::RedisSettings;
-use crate::redis::Redis;
+use crate::redis::{Redis, StartError};
 use coupon_domain::error::StoreError;
 
 /// Reads a secret's string value, once at cold start: the Redis auth
@@ -74,7 +74,7 @@ pub async fn resolve_redis_auth(
 
 /// Resolves the auth token (if any), then connects: what every function
 /// that talks to Redis does at cold start.
-pub async fn connect_redis(settings: &RedisSettings, sdk: &aws_config::SdkConfig) -> Result<Redis, StoreError> {
+pub async fn connect_redis(settings: &RedisSettings, sdk: &aws_config::SdkConfig) -> Result<Redis, StartError> {
     let settings = resolve_redis_auth(settings.clone(), sdk).await?;
     Redis::connect(&settings).await
 }

@@ -8,7 +8,7 @@ use coupon_domain::ids::CouponId;
 use coupon_domain::reconcile::ports::DurableFacts;
 use futures::stream::{self, StreamExt};
 
-use crate::support::{send, Event, Harness, Options};
+use crate::support::{send, Event, Harness, Options, Server};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sale_survives_redis_losing_everything_mid_sale_without_oversell() {
@@ -198,6 +198,49 @@ async fn a_cold_instance_answers_busy_for_a_coupon_redis_lost_and_its_repair_req
     // A coupon nobody created is still 404, and asks for no repair.
     let unknown = send(&cold, Event::grab("never-created-coupon", "late-2", "a").build()).await;
     assert_eq!((unknown.status, unknown.code()), (404, "COUPON_NOT_FOUND"));
+}
+
+/// A server restart breaks every connection to it, and the first command
+/// on each fails before the connection comes back by itself. The repair
+/// invocation that meets it (the restart is what the grabs ask it to
+/// repair) tries its pass again a step later, instead of failing the batch
+/// back to the queue, whose redelivery waits out the visibility timeout
+/// while the sale stays closed.
+#[tokio::test]
+async fn a_repair_pass_that_meets_a_connection_broken_by_a_restart_is_tried_again_and_reopens_the_sale() {
+    let mut server = Server::standalone();
+    let h = Harness::with(Options {
+        redis_url: Some(server.url()),
+        ..Options::without_ip_limit()
+    })
+    .await;
+    let coupon = two_shards_with_three_winners(&h).await;
+    server.cmd(&["SAVE"]);
+    server.restart_from_snapshot();
+
+    let app = reconciler::App {
+        reconciler: h.reconciler_to(&h.queue_url),
+        elasticache: None,
+        repair_follow: std::time::Duration::from_secs(20),
+        reminders: None,
+    };
+    let event = lambda_runtime::LambdaEvent::new(
+        serde_json::json!({ "Records": [{
+            "messageId": "m1",
+            "body": coupon_adapters::sqs::repair_message(&coupon),
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:repairs.fifo",
+        }]}),
+        lambda_runtime::Context::default(),
+    );
+    let report = reconciler::handle(&app, event)
+        .await
+        .expect("the pass is tried again, not failed back to the queue");
+    let figures = &report["coupons"][0];
+    assert_eq!(figures["couponId"], coupon.as_str(), "{report}");
+    assert_eq!(figures["shardsWaiting"].as_u64(), Some(0), "{report}");
+    assert_eq!(h.grab(&coupon, "late-0", "a").await.code(), "SUCCESS");
+    assert_eq!(h.grab(&coupon, "early-0", "b").await.code(), "ALREADY_CLAIMED");
 }
 
 /// A repair request's invocation follows the coupon's wait: it watches

@@ -25,12 +25,25 @@ pub struct Server {
     pub port: u16,
     child: Child,
     dir: std::path::PathBuf,
+    /// Further command-line settings, kept for a restart.
+    extra: Vec<String>,
 }
 
 impl Server {
     /// One server of the test's own, no replica.
     pub fn standalone() -> Self {
         Self::start(None)
+    }
+
+    /// One server of the test's own without `commands` (renamed away, as
+    /// a managed cache withholds them: ElastiCache Serverless has no
+    /// `WAIT`, `CONFIG` or `KEYS`).
+    pub fn without(commands: &[&str]) -> Self {
+        let removed: Vec<String> = commands
+            .iter()
+            .flat_map(|c| ["--rename-command".into(), (*c).into(), String::new()])
+            .collect();
+        Self::start_with(None, &removed)
     }
 
     /// Kills the server (SIGKILL: nothing is saved on the way down) and
@@ -40,21 +53,30 @@ impl Server {
     pub fn restart_from_snapshot(&mut self) {
         self.signal("KILL");
         let _ = self.child.wait();
-        self.child = Self::spawn(self.port, &self.dir, None);
+        self.child = Self::spawn(self.port, &self.dir, None, &self.extra);
         self.wait_for(|info| info.contains("loading:0"), "back from its snapshot");
     }
 
     fn start(replica_of: Option<u16>) -> Self {
+        Self::start_with(replica_of, &[])
+    }
+
+    fn start_with(replica_of: Option<u16>, extra: &[String]) -> Self {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("coupon-replica-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("server dir");
-        let child = Self::spawn(port, &dir, replica_of);
-        let server = Self { port, child, dir };
+        let child = Self::spawn(port, &dir, replica_of, extra);
+        let server = Self {
+            port,
+            child,
+            dir,
+            extra: extra.to_vec(),
+        };
         server.wait_for(|info| info.contains("redis_version"), "to answer");
         server
     }
 
-    fn spawn(port: u16, dir: &std::path::Path, replica_of: Option<u16>) -> Child {
+    fn spawn(port: u16, dir: &std::path::Path, replica_of: Option<u16>, extra: &[String]) -> Child {
         let mut cmd = Command::new(server_binary());
         cmd.args([
             "--port",
@@ -68,6 +90,7 @@ impl Server {
         ])
         .arg("--dir")
         .arg(dir)
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
         if let Some(primary) = replica_of {

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use coupon_domain::config::ConfigError;
 use coupon_domain::error::StoreError;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
@@ -53,6 +54,17 @@ impl ConnectionLike for RedisConnection {
     }
 }
 
+/// Why a function could not start against its Redis.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A setting this server cannot honour; the message names it.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Redis, or the secret holding its token, did not answer.
+    #[error(transparent)]
+    Unavailable(#[from] StoreError),
+}
+
 /// One Redis (connection, key layout, how long request outcomes live),
 /// shared by every Redis adapter of a function. Cheap to clone: clones
 /// share the connection.
@@ -67,8 +79,9 @@ pub struct Redis {
 
 impl Redis {
     /// Connects (once per Lambda instance). Fails if Redis is unreachable,
+    /// or refuses what the settings ask of it ([`Self::check_replica_acks`]),
     /// so a misconfigured function fails its cold start, not its requests.
-    pub async fn connect(settings: &RedisSettings) -> Result<Self, StoreError> {
+    pub async fn connect(settings: &RedisSettings) -> Result<Self, StartError> {
         let response = Duration::from_millis(settings.response_timeout_ms);
         let connect = Duration::from_millis(settings.connect_timeout_ms);
         let conn = if settings.cluster {
@@ -91,13 +104,42 @@ impl Redis {
                     .map_err(unavailable)?,
             )
         };
-        Ok(Self {
+        let redis = Self {
             conn,
             keys: KeySpace::new(settings.key_prefix.clone()),
             outcome_ttl_ms: settings.idempotency_ttl_secs.saturating_mul(1000),
             replica_acks: settings.replica_acks,
             replica_ack_timeout_ms: settings.replica_ack_timeout_ms,
-        })
+        };
+        redis.check_replica_acks().await?;
+        Ok(redis)
+    }
+
+    /// With `REDIS_REPLICA_ACKS` above 0 every win waits for replicas with
+    /// `WAIT`; a server that refuses the command (ElastiCache Serverless
+    /// has none, MemoryDB needs none) would turn every win into BUSY, found
+    /// only under traffic. Asked once at the start, `WAIT 0 0` (which
+    /// waits for nothing): a refusal fails the start naming the setting.
+    pub async fn check_replica_acks(&self) -> Result<(), StartError> {
+        if self.replica_acks == 0 {
+            return Ok(());
+        }
+        let mut conn = self.conn.clone();
+        match redis::cmd("WAIT").arg(0).arg(0).query_async::<Value>(&mut conn).await {
+            Ok(_) => Ok(()),
+            Err(e) if refused(&e) => Err(ConfigError::Invalid {
+                var: "REDIS_REPLICA_ACKS",
+                problem: format!(
+                    "is {}, so every win waits for replicas with WAIT, and this server refuses it ({}); \
+                     set it to 0 on a cache without WAIT (ElastiCache Serverless) or whose writes are \
+                     durable once acknowledged (MemoryDB)",
+                    self.replica_acks,
+                    e.code().unwrap_or("refused")
+                ),
+            }
+            .into()),
+            Err(e) => Err(unavailable(e).into()),
+        }
     }
 
     /// The key layout this store uses (tests and the reconciler read keys).
@@ -109,6 +151,16 @@ impl Redis {
     pub fn connection(&self) -> RedisConnection {
         self.conn.clone()
     }
+}
+
+/// True if the server answered with a refusal (an unknown, renamed or
+/// forbidden command), not a failure to answer.
+fn refused(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    matches!(
+        e.kind(),
+        ErrorKind::Server(ServerErrorKind::ResponseError | ServerErrorKind::NoPerm) | ErrorKind::Extension
+    )
 }
 
 pub(super) fn unavailable(e: redis::RedisError) -> StoreError {

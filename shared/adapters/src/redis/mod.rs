@@ -28,7 +28,7 @@ pub mod scripts;
 pub mod standing;
 
 pub use blacklist::RedisBlacklistFlags;
-pub use conn::{Redis, RedisConnection};
+pub use conn::{Redis, RedisConnection, StartError};
 pub use keys::KeySpace;
 pub use ledger::RedisLedger;
 pub use live::RedisLive;
