@@ -27,7 +27,8 @@ between two decided ones) and `recovery_ms` (from the end of the fault to
 the first decided answer).
 
 Every scenario runs on each engine `--engines` names (`redis`: Redis OSS
-7.0, `valkey`: Valkey 8.0); the report holds
+7.0, `valkey`: Valkey 8.0), each with its own tables and queues (two
+deployments); the report holds
 `engines.<engine>-<version>.scenarios.<scenario>`.
 
     python -m infra.harness.chaos                      every scenario
@@ -67,6 +68,7 @@ after the failover.
 import argparse
 import json
 import os
+import subprocess
 import sys
 
 from infra.harness import report as reportmod
@@ -78,9 +80,31 @@ ZERO = ["oversell", "duplicates", "lost", "rejected_after_success", "early"]
 
 
 
+def own_resources(engine):
+    """Tables and queues of `engine`'s own (provisioned as `chaos-<engine>-*`
+    on the stack's endpoint), which the functions, the pump and the
+    judgement then use. Two engines are two deployments: sharing tables,
+    the second would find every live coupon of the first with no Redis
+    state, rebuild them all, and its sales would wait behind those
+    rebuilds, a fault no deployment has."""
+    env_file = ROOT / ".local" / f"chaos-{engine.name}.env"
+    subprocess.run(
+        [sys.executable, "-m", "infra.local.provision", "--prefix", f"chaos-{engine.name}-",
+         "--env-file", str(env_file)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    settings = dict(line.split("=", 1) for line in env_file.read_text().split())
+    # serve.sh reads them from STACK_ENV; this process from its environment.
+    os.environ.update(settings, STACK_ENV=str(env_file))
+    return settings
+
+
 def run_engine(engine, names, args, sqs):
     """Every scenario in `names` on `engine`: its own primary and replica,
-    the functions served against them."""
+    its own tables and queues, the functions served against them."""
+    own_resources(engine)
     redis = RedisPair(ROOT / ".local" / "chaos-redis", engine, replicas=args.replicas)
     rig = {"sqs": sqs, "redis": redis, "env": function_env(sqs.url, redis.url(), args.replica_acks),
            "replacement_seconds": args.replacement_seconds}
