@@ -203,7 +203,7 @@ def functions_running_the_pass():
 # reconcile re-drove grants no replica held, after a failover exactly the
 # case the setting exists for).
 PASS_SETTINGS = ("REDIS_REPLICA_ACKS", "REDIS_REPLICA_ACK_TIMEOUT_MS", "GRANT_DLQ_URL", "GRANT_QUEUE_URL",
-                 "RECONCILE_GRACE_MS")
+                 "RECONCILE_GRACE_MS", "RECONCILE_SEND_WINDOW_MS", "GRANT_SEND_BUDGET_MS")
 
 
 def test_every_function_that_runs_the_reconcilers_pass_runs_it_with_the_same_settings_and_rights():
@@ -216,7 +216,7 @@ def test_every_function_that_runs_the_reconcilers_pass_runs_it_with_the_same_set
         props = resources[logical]["Properties"]
         env = props["Environment"]["Variables"]
         for name in PASS_SETTINGS:
-            assert env.get(name) == scheduled[name], (logical, name, env.get(name))
+            assert env.get(name) == scheduled.get(name), (logical, name, env.get(name))
         # What the pass reads of the queues: the grant queue's messages on
         # their way, the dead-letter queue's depth.
         reads = [

@@ -1,7 +1,7 @@
 //! The admin API's settings (also `couponctl`'s), read once at start.
 
 use coupon_adapters::config::{dynamodb_calls, AwsCallSettings, RedisSettings, TableNames};
-use coupon_domain::config::{metrics_namespace, reconcile_grace_ms, ConfigError, Env};
+use coupon_domain::config::{metrics_namespace, reconcile_grace_ms, reconcile_send_window_ms, ConfigError, Env};
 
 /// Everything the admin API (and `couponctl`) reads.
 #[derive(Debug, Clone)]
@@ -27,6 +27,12 @@ pub struct Config {
     pub aws: AwsCallSettings,
     /// `RECONCILE_GRACE_MS` (30000), as for the scheduled reconciler.
     pub grace_ms: i64,
+    /// `RECONCILE_SEND_WINDOW_MS` (3000, checked against
+    /// `GRANT_SEND_BUDGET_MS`), as for the scheduled reconciler: an
+    /// operator's reconcile is the same pass, and with a shorter window it
+    /// could rebuild a lost shard before a grant decided ahead of the loss
+    /// is claimed.
+    pub send_window_ms: i64,
     /// `METRICS_NAMESPACE` (`CouponGrab`).
     pub metrics_namespace: String,
 }
@@ -49,6 +55,7 @@ impl Config {
             max_body_bytes: coupon_edge::max_body_bytes(env)?,
             aws: dynamodb_calls(env)?,
             grace_ms: reconcile_grace_ms(env)?,
+            send_window_ms: reconcile_send_window_ms(env)?,
             metrics_namespace: metrics_namespace(env),
         })
     }
@@ -73,5 +80,28 @@ mod tests {
         assert!(Config::read(&Env::from_pairs(&local)).unwrap().local_mode);
         let err = Config::read(&Env::from_pairs(&base[..4])).unwrap_err();
         assert_eq!(err.to_string(), "GRANT_QUEUE_URL is required but not set");
+    }
+
+    #[test]
+    fn an_operator_s_reconcile_waits_the_send_window_the_scheduled_pass_waits() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = vec![
+                ("REDIS_URL", "redis://h"),
+                ("COUPONS_TABLE", "c"),
+                ("USER_COUPONS_TABLE", "u"),
+                ("CLAIMS_TABLE", "k"),
+                ("GRANT_QUEUE_URL", "http://q"),
+            ];
+            pairs.extend_from_slice(extra);
+            Config::read(&Env::from_pairs(&pairs))
+        };
+        assert_eq!(with(&[]).unwrap().send_window_ms, 3_000);
+        let raised = with(&[("GRANT_SEND_BUDGET_MS", "5000"), ("RECONCILE_SEND_WINDOW_MS", "6000")]);
+        assert_eq!(raised.unwrap().send_window_ms, 6_000);
+        let err = with(&[("GRANT_SEND_BUDGET_MS", "5000")]).unwrap_err();
+        assert!(
+            err.to_string().starts_with("RECONCILE_SEND_WINDOW_MS is invalid"),
+            "{err}"
+        );
     }
 }

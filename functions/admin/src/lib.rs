@@ -295,6 +295,7 @@ pub fn ports(config: &Config, clients: Clients, facts: Arc<dyn DurableFacts>) ->
         ),
         ReconcileSettings {
             grace_ms: config.grace_ms,
+            send_window_ms: config.send_window_ms,
             ..ReconcileSettings::default()
         },
     );

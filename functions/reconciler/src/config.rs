@@ -2,7 +2,9 @@
 //! URL (or host), or found through the ElastiCache API by replication group.
 
 use coupon_adapters::config::{dynamodb_calls, AwsCallSettings, RedisSettings, TableNames};
-use coupon_domain::config::{metrics_namespace, reconcile_grace_ms, reminder_lead_ms, ConfigError, Env};
+use coupon_domain::config::{
+    metrics_namespace, reconcile_grace_ms, reconcile_send_window_ms, reminder_lead_ms, ConfigError, Env,
+};
 
 /// The URL a discovered group's settings carry until ElastiCache names the
 /// endpoint.
@@ -88,7 +90,7 @@ impl Config {
                 ))
             }
         };
-        let send_window_ms = send_window_ms(env)?;
+        let send_window_ms = reconcile_send_window_ms(env)?;
         Ok(Self {
             redis,
             replication_group,
@@ -106,29 +108,6 @@ impl Config {
             reminder_lead_ms: reminder_lead_ms(env)?,
         })
     }
-}
-
-/// The grab's send budget (`GRANT_SEND_BUDGET_MS`, 2000) and the
-/// re-drive's (at least 2000 ms): a rebuild trusts that no send, nor its
-/// claim, decided before a loss lands after the window.
-const MIN_SEND_BUDGET_MS: i64 = 2_000;
-
-/// `RECONCILE_SEND_WINDOW_MS`, at least a second (the clock skew allowed
-/// between instances) above the send budget, read here as the grab reads
-/// it when the two are set together; a window that is not fails the start.
-fn send_window_ms(env: &Env) -> Result<i64, ConfigError> {
-    let budget: i64 = env.number("GRANT_SEND_BUDGET_MS", MIN_SEND_BUDGET_MS, 100..=30_000)?;
-    let window: i64 = env.number("RECONCILE_SEND_WINDOW_MS", 3_000, 0..=600_000)?;
-    let least = budget.max(MIN_SEND_BUDGET_MS) + 1_000;
-    if window < least {
-        return Err(ConfigError::Invalid {
-            var: "RECONCILE_SEND_WINDOW_MS",
-            problem: format!(
-                "must be at least {least} ms: the send budget (GRANT_SEND_BUDGET_MS, at least {MIN_SEND_BUDGET_MS} ms for the re-drive) plus 1000 ms of clock skew, or a send decided before a loss could land after the rebuild"
-            ),
-        });
-    }
-    Ok(window)
 }
 
 #[cfg(test)]

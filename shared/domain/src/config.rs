@@ -168,6 +168,33 @@ pub fn reconcile_grace_ms(env: &Env) -> Result<i64, ConfigError> {
     env.number("RECONCILE_GRACE_MS", 30_000, 0..=86_400_000)
 }
 
+/// The grab's send budget (`GRANT_SEND_BUDGET_MS`, 2000) and the
+/// re-drive's (at least 2000 ms): a rebuild trusts that no send, nor its
+/// claim, decided before a loss lands after the send window.
+pub const MIN_SEND_BUDGET_MS: i64 = 2_000;
+
+/// `RECONCILE_SEND_WINDOW_MS` (3000), at least a second (the clock skew
+/// allowed between instances) above the send budget, read here as the
+/// grab reads it when the two are set together; a window that is not
+/// fails the start. Read by every function that runs the reconciler's
+/// pass (the scheduled reconciler, the admin API's on-demand one): a pass
+/// with a shorter window could rebuild before a claim decided ahead of the
+/// loss lands.
+pub fn reconcile_send_window_ms(env: &Env) -> Result<i64, ConfigError> {
+    let budget: i64 = env.number("GRANT_SEND_BUDGET_MS", MIN_SEND_BUDGET_MS, 100..=30_000)?;
+    let window: i64 = env.number("RECONCILE_SEND_WINDOW_MS", 3_000, 0..=600_000)?;
+    let least = budget.max(MIN_SEND_BUDGET_MS) + 1_000;
+    if window < least {
+        return Err(ConfigError::Invalid {
+            var: "RECONCILE_SEND_WINDOW_MS",
+            problem: format!(
+                "must be at least {least} ms: the send budget (GRANT_SEND_BUDGET_MS, at least {MIN_SEND_BUDGET_MS} ms for the re-drive) plus 1000 ms of clock skew, or a send decided before a loss could land after the rebuild"
+            ),
+        });
+    }
+    Ok(window)
+}
+
 /// `METRICS_NAMESPACE` (`CouponGrab`): where every function's EMF metrics go.
 pub fn metrics_namespace(env: &Env) -> String {
     env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "CouponGrab".into())

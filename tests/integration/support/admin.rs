@@ -29,6 +29,7 @@ impl Harness {
             max_body_bytes: 4_096,
             aws: self.config.sqs,
             grace_ms: 30_000,
+            send_window_ms: 3_000,
             metrics_namespace: "Test".into(),
         };
         let clients = admin::Clients {
