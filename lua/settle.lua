@@ -105,12 +105,16 @@ local _, _, out = schedule(m[5], tonumber(now))
 if m[2] == epoch and out_then == out then
   redis.call('HSET', meta, 'soldout', stamp(epoch, m[5], out))
 end
--- Nothing now, but a wave to come: the press hears when.
--- That answer is true only until the next wave: kept no longer, so a retry
--- of the same request after it is decided afresh.
+-- Nothing now, but a wave to come: the press hears when. Kept as long as
+-- any refusal of a press that began (grab.lua's `refuse`), not only until
+-- the wave: the copy that hears it gives the press's risk places back, and
+-- another copy of the press (a retry on another instance, after the wave)
+-- would otherwise be decided afresh, win, and keep no place in the user's
+-- daily count (explorer seed 1002). The retry hears BETWEEN_WAVES with an
+-- instant now past, and a new press (a new request id) is decided afresh.
 if next_at then
   local lost = 'L|BETWEEN_WAVES|' .. next_at
-  redis.call('SET', req, lost, 'PX', math.max(1, math.min(tonumber(ttl), tonumber(next_at) - tonumber(now))))
+  redis.call('SET', req, lost, 'PX', ttl)
   return {'DONE', lost}
 end
 redis.call('SET', req, 'L|SOLD_OUT', 'PX', ttl)

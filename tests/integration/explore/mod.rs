@@ -104,7 +104,16 @@ async fn fixed_seeds_keep_every_promise_after_healing() {
 ///   after the wave and settled it with shard 1's new unit: a coupon from
 ///   a press told it had none (the settle now judges the home at the
 ///   reservation's instant, as the takes judge the donors).
-const FINDINGS: &[u64] = &[15, 1, 24, 101, 145, 192];
+/// - 1002 (four shards, two release waves, twin presses; found on Redis
+///   7.0 by a ten-minute search on 2026-12-06): u0's r1 is sent twice;
+///   the twin, on a clock 1.5 s ahead, resumes the borrow reserved before
+///   the first wave, finds every donor empty and settles BETWEEN_WAVES,
+///   a record kept only until the wave; the other copy's retry, after the
+///   wave, is decided afresh and wins; then the twin gives back the
+///   press's risk places, the winner's among them: a win the user's daily
+///   claims do not count (a settled BETWEEN_WAVES is now kept as long as
+///   any refusal of a press that began).
+const FINDINGS: &[u64] = &[15, 1, 24, 101, 145, 192, 1002];
 
 #[tokio::test]
 async fn seeds_that_once_broke_the_promise_keep_it_after_healing() {
