@@ -189,7 +189,7 @@ def main():
     for key, r in flat.items():
         if r.get("unavailable_at") and r["unavailable_ms"] > MAX_UNAVAILABLE_MS // 2:
             opened, closed = r["unavailable_at"]
-            steps = "; ".join(f"{i['atSecond']} s {i['what']}" for i in r["injected"] if opened - 5 <= i["atSecond"] <= closed)
+            steps = "; ".join(f"{i['atSecond']} s ({i['at']} UTC) {i['what']}" for i in r["injected"] if opened - 5 <= i["atSecond"] <= closed)
             print(f"  {key}: closed from {opened} s to {closed} s of the sale ({steps or 'no fault step then'})")
     for key, r in flat.items():
         if "queued_at_fault" in r:

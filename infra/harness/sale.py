@@ -53,10 +53,29 @@ def function_env(sqs_url, redis_url, replica_acks):
     return {"REDIS_URL": redis_url, "REDIS_REPLICA_ACKS": str(replica_acks), "AWS_ENDPOINT_URL_SQS": sqs_url}
 
 
+def stamped(path):
+    """A pipe whose lines reach the log at `path` each prefixed with the wall
+    clock (UTC, to the millisecond): the functions' own lines carry no time
+    (Lambda's log service adds it), and the chaos report gives the instants
+    of faults and BUSY stretches in the same clock."""
+    log = open(path, "w")
+    read, write = os.pipe()
+
+    def copy():
+        with os.fdopen(read, "rb") as lines:
+            for line in lines:
+                now = time.time()
+                stamp = time.strftime("%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d} "
+                log.write(stamp + line.decode("utf-8", "replace"))
+                log.flush()
+    threading.Thread(target=copy, daemon=True).start()
+    return write, log
+
+
 def serve(extra):
     """The functions under cargo lambda watch (as `make up` serves them)."""
     refuse_if_taken(PORT)
-    log = open(ROOT / ".local" / "chaos-watch.log", "w")
+    pipe, log = stamped(ROOT / ".local" / "chaos-watch.log")
     env_passed = ("REDIS_URL", "AWS_ENDPOINT_URL_SQS")
     env = dict(os.environ, LAMBDA_PORT=str(PORT), **{k: extra[k] for k in env_passed})
     # serve.sh passes REDIS_URL and the per-service endpoints on from its
@@ -64,11 +83,12 @@ def serve(extra):
     flags = [arg for k, v in extra.items() if k not in env_passed for arg in ("--env-var", f"{k}={v}")]
     proc = subprocess.Popen(
         ["bash", str(ROOT / "infra" / "local" / "serve.sh"), "--ignore-changes", *flags],
-        stdout=log,
+        stdout=pipe,
         stderr=subprocess.STDOUT,
         start_new_session=True,
         env=env,
     )
+    os.close(pipe)
     deadline = time.time() + 900
     for function in ("grab", "admin"):
         while True:

@@ -152,6 +152,7 @@ class Run:
         """Logs a step of the fault; `ends_fault` marks its end (recovery_ms
         counts from the first such step)."""
         self.injected.append({"atSecond": round(time.monotonic() - self.began, 2),
+                              "at": time.strftime("%H:%M:%S", time.gmtime()),
                               "atPress": sum(self.sale.codes.values()),
                               "successes": self.sale.codes["SUCCESS"], "what": what})
         if ends_fault:
