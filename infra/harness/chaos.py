@@ -138,6 +138,38 @@ def passed(r, availability=False):
     return kept and (not availability or ((r.get("unavailable_ms") or 0) <= MAX_UNAVAILABLE_MS and backlog))
 
 
+def summarize(report, short):
+    """Prints the figures of every scenario run, the fault steps around
+    each stretch over half the bound (with the wall clock, to match the
+    functions' stamped log lines) and the grants queued at each backlog
+    fault; returns the runs that failed (`engine scenario`) and every run's
+    figures by that name. The availability bound fails only a full run."""
+    cols = ["winners", "issued", *ZERO, "drift", "busy", "unavailable_ms", "recovery_ms"]
+    width = 12
+    print(f"\n  {'engine':<12}{'scenario':<24}" + "".join(f"{c[:width - 1]:>{width}}" for c in cols))
+    failed, flat = [], {}
+    judged = not short
+    for label, run in report["engines"].items():
+        for name, r in run["scenarios"].items():
+            flat[f"{label} {name}"] = r
+            ok = passed(r, availability=judged)
+            if not ok:
+                failed.append(f"{label} {name}")
+            slow = passed(r) and not passed(r, availability=True)
+            print(f"  {label:<12}{name:<24}" + "".join(f"{str(r[c]):>{width}}" for c in cols)
+                  + ("   <- FAILED" if not ok else f"   <- closed over {MAX_UNAVAILABLE_MS} ms" if slow else ""))
+    for key, r in flat.items():
+        if r.get("unavailable_at") and r["unavailable_ms"] > MAX_UNAVAILABLE_MS // 2:
+            opened, closed = r["unavailable_at"]
+            steps = "; ".join(f"{i['atSecond']} s ({i.get('at', '?')} UTC) {i['what']}"
+                              for i in r["injected"] if opened - 5 <= i["atSecond"] <= closed)
+            print(f"  {key}: closed from {opened} s to {closed} s of the sale ({steps or 'no fault step then'})")
+    for key, r in flat.items():
+        if "queued_at_fault" in r:
+            print(f"  {key}: {r['queued_at_fault']} grants on the queue at the fault (the issuer paused)")
+    return failed, flat
+
+
 def main():
     parser = argparse.ArgumentParser(description="One flash sale per fault.")
     parser.add_argument("--only", help="comma-separated scenario names")
@@ -172,28 +204,7 @@ def main():
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
 
-    cols = ["winners", "issued", *ZERO, "drift", "busy", "unavailable_ms", "recovery_ms"]
-    width = 12
-    print(f"\n  {'engine':<12}{'scenario':<24}" + "".join(f"{c[:width - 1]:>{width}}" for c in cols))
-    failed, flat = [], {}
-    judged = not args.short
-    for label, run in report["engines"].items():
-        for name, r in run["scenarios"].items():
-            flat[f"{label} {name}"] = r
-            ok = passed(r, availability=judged)
-            if not ok:
-                failed.append(f"{label} {name}")
-            slow = passed(r) and not passed(r, availability=True)
-            print(f"  {label:<12}{name:<24}" + "".join(f"{str(r[c]):>{width}}" for c in cols)
-                  + ("   <- FAILED" if not ok else f"   <- closed over {MAX_UNAVAILABLE_MS} ms" if slow else ""))
-    for key, r in flat.items():
-        if r.get("unavailable_at") and r["unavailable_ms"] > MAX_UNAVAILABLE_MS // 2:
-            opened, closed = r["unavailable_at"]
-            steps = "; ".join(f"{i['atSecond']} s ({i['at']} UTC) {i['what']}" for i in r["injected"] if opened - 5 <= i["atSecond"] <= closed)
-            print(f"  {key}: closed from {opened} s to {closed} s of the sale ({steps or 'no fault step then'})")
-    for key, r in flat.items():
-        if "queued_at_fault" in r:
-            print(f"  {key}: {r['queued_at_fault']} grants on the queue at the fault (the issuer paused)")
+    failed, flat = summarize(report, args.short)
     page = out.with_suffix(".html")
     page.write_text(reportmod.render_chaos(flat, not failed), encoding="utf-8")
     print(f"\n  report: {out.relative_to(ROOT)}, charts: {page.relative_to(ROOT)}")

@@ -81,7 +81,8 @@ def lottery_scenario(name, rig, short, seed):
     flush_at = int(users * 0.3) if fault == "redis_flush" else None
 
     def note(what, ends=False):
-        injected.append({"atSecond": round(time.monotonic() - began, 2), "what": what})
+        injected.append({"atSecond": round(time.monotonic() - began, 2),
+                         "at": time.strftime("%H:%M:%S", time.gmtime()), "what": what})
         if ends:
             healed.append(time.monotonic())
 

@@ -60,3 +60,28 @@ def test_a_unit_won_before_its_wave_s_instant_is_early_and_none_is_without_waves
     assert scenarios.early(WAVES, _granted(1_000, 1_200, 4_999)) == 1
     assert scenarios.early(WAVES, _granted(999)) == 1
     assert scenarios.early([], _granted(1, 2, 3)) == 0
+
+
+def test_the_summary_names_the_fault_steps_around_a_long_stretch_whichever_harness_logged_them(capsys):
+    kept = {"oversell": 0, "duplicates": 0, "lost": 0, "rejected_after_success": 0, "early": 0, "issued": 40,
+            "winners": 40, "drift": 0, "busy": 9, "recovery_ms": 100}
+    report = {"engines": {"valkey-8.0": {"scenarios": {
+        # The sale harness stamps each step with the wall clock; a report
+        # written before it did (or by another harness) has no stamp.
+        "snapshot_restore": {**kept, "unavailable_ms": 7000, "unavailable_at": [3.0, 10.0],
+                             "injected": [{"atSecond": 9.5, "at": "19:04:42", "what": "every node killed"}]},
+        "redis_flush_lottery": {**kept, "unavailable_ms": 12000, "unavailable_at": [0.3, 12.3],
+                                "injected": [{"atSecond": 0.3, "what": "Redis FLUSHALL"}]},
+        "flush_with_backlog": {**kept, "unavailable_ms": 100, "unavailable_at": [1.0, 1.1], "injected": [],
+                               "queued_at_fault": 597},
+    }}}}
+    failed, flat = chaos.summarize(report, short=False)
+    out = capsys.readouterr().out
+    assert failed == ["valkey-8.0 redis_flush_lottery"]
+    assert set(flat) == {"valkey-8.0 snapshot_restore", "valkey-8.0 redis_flush_lottery",
+                         "valkey-8.0 flush_with_backlog"}
+    assert "closed from 3.0 s to 10.0 s of the sale (9.5 s (19:04:42 UTC) every node killed)" in out
+    assert "closed from 0.3 s to 12.3 s of the sale (0.3 s (? UTC) Redis FLUSHALL)" in out
+    assert "valkey-8.0 flush_with_backlog: 597 grants on the queue at the fault" in out
+    # The short pass reports the bound without failing on it.
+    assert chaos.summarize(report, short=True)[0] == []
