@@ -17,7 +17,7 @@ import threading
 import time
 
 from infra.harness.ledger import holders, ledger, rejected_ids
-from infra.harness.sale import ROOT, Issuance, call
+from infra.harness.sale import ROOT, Issuance, call, wall_clock
 from infra.local import pump as pumpmod
 from infra.local.settings import aws
 
@@ -81,8 +81,7 @@ def lottery_scenario(name, rig, short, seed):
     flush_at = int(users * 0.3) if fault == "redis_flush" else None
 
     def note(what, ends=False):
-        injected.append({"atSecond": round(time.monotonic() - began, 2),
-                         "at": time.strftime("%H:%M:%S", time.gmtime()), "what": what})
+        injected.append({"atSecond": round(time.monotonic() - began, 2), "at": wall_clock(), "what": what})
         if ends:
             healed.append(time.monotonic())
 

@@ -53,6 +53,13 @@ def function_env(sqs_url, redis_url, replica_acks):
     return {"REDIS_URL": redis_url, "REDIS_REPLICA_ACKS": str(replica_acks), "AWS_ENDPOINT_URL_SQS": sqs_url}
 
 
+def wall_clock(now=None):
+    """`now` (default: this instant) as HH:MM:SS.mmm, UTC: the one clock the
+    chaos report's fault steps and the functions' stamped log lines share."""
+    now = time.time() if now is None else now
+    return time.strftime("%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}"
+
+
 def stamped(path):
     """A pipe whose lines reach the log at `path` each prefixed with the wall
     clock (UTC, to the millisecond): the functions' own lines carry no time
@@ -64,9 +71,7 @@ def stamped(path):
     def copy():
         with os.fdopen(read, "rb") as lines:
             for line in lines:
-                now = time.time()
-                stamp = time.strftime("%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d} "
-                log.write(stamp + line.decode("utf-8", "replace"))
+                log.write(f"{wall_clock()} {line.decode('utf-8', 'replace')}")
                 log.flush()
     threading.Thread(target=copy, daemon=True).start()
     return write, log

@@ -11,7 +11,7 @@ import time
 
 from infra.harness.ledger import early, holders, ledger, rejected_ids
 from infra.harness.lottery_faults import LOTTERY, lottery_scenario
-from infra.harness.sale import Issuance, Sale, call, grab_host, host_press, watch_press
+from infra.harness.sale import Issuance, Sale, call, grab_host, host_press, wall_clock, watch_press
 
 
 UNAVAILABLE = {"BUSY", "TRANSPORT_ERROR", "GATEWAY_ERROR"}
@@ -152,7 +152,7 @@ class Run:
         """Logs a step of the fault; `ends_fault` marks its end (recovery_ms
         counts from the first such step)."""
         self.injected.append({"atSecond": round(time.monotonic() - self.began, 2),
-                              "at": time.strftime("%H:%M:%S", time.gmtime()),
+                              "at": wall_clock(),
                               "atPress": sum(self.sale.codes.values()),
                               "successes": self.sale.codes["SUCCESS"], "what": what})
         if ends_fault:

@@ -1,7 +1,7 @@
 """The availability figures `make chaos` reports beside the promise: what
 the users could not do during a fault, computed from the answers heard."""
 
-from infra.harness import chaos, scenarios
+from infra.harness import chaos, sale, scenarios
 
 
 def test_the_longest_stretch_of_undecided_answers_runs_from_the_first_busy_to_the_next_decision():
@@ -85,3 +85,7 @@ def test_the_summary_names_the_fault_steps_around_a_long_stretch_whichever_harne
     assert "valkey-8.0 flush_with_backlog: 597 grants on the queue at the fault" in out
     # The short pass reports the bound without failing on it.
     assert chaos.summarize(report, short=True)[0] == []
+
+
+def test_the_wall_clock_of_the_report_and_the_log_is_utc_to_the_millisecond():
+    assert sale.wall_clock(86_400 + 3_723.0456) == "01:02:03.045"
