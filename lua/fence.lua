@@ -10,6 +10,7 @@
 -- ARGV: 1 the fence's ttl (ms), 2 what to check:
 --       'record'  KEYS[2] is exactly ARGV[3] (a win's record)
 --       'exists'  KEYS[2] exists (a borrow's reservation, or what settled it)
+--       'lost'    KEYS[2] is a stored loss (L|...), not a record before it
 --       'field'   HGET KEYS[2] ARGV[3] is exactly ARGV[4] (a donor's take)
 --       'pending' stream KEYS[2] has entry ARGV[3] carrying grant ARGV[4]
 --                 for user ARGV[5] (not an id a rollback minted again for
@@ -24,6 +25,8 @@ if what == 'record' then
   held = redis.call('GET', at) == ARGV[3]
 elseif what == 'exists' then
   held = redis.call('EXISTS', at) == 1
+elseif what == 'lost' then
+  held = string.sub(redis.call('GET', at) or '', 1, 2) == 'L|'
 elseif what == 'field' then
   held = redis.call('HGET', at, ARGV[3]) == ARGV[4]
 elseif what == 'pending' then

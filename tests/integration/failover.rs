@@ -211,6 +211,52 @@ async fn a_wait_that_reaches_a_promoted_replica_without_the_win_vouches_for_noth
     );
 }
 
+/// Risk places go back only for a loss a replica holds, and the fence
+/// vouches for a loss only where the press's record is one: a record that
+/// is not a loss (a win here; a borrow's reservation, from which the press
+/// may still win) vouches for nothing, though a replica holds it.
+#[tokio::test]
+async fn a_replica_vouches_for_a_loss_only_where_the_record_is_a_loss() {
+    use coupon_domain::grab::ports::{ClaimReply, ClaimStep};
+    let pair = ReplicaSet::start();
+    let h = Harness::with(on(&pair)).await;
+    let (_, coupon) = one_shard_coupon(&h, 1).await;
+    assert_eq!(h.grab(&coupon, "u1", "r1").await.code(), "SUCCESS");
+    let ledger = RedisLedger::new(h.redis.clone());
+    let (u1, r1) = (UserId::parse("u1").unwrap(), RequestId::parse("r1").unwrap());
+    let (u2, r2) = (UserId::parse("u2").unwrap(), RequestId::parse("r2").unwrap());
+    // u2's press was admitted before the last unit went; its commit is
+    // refused, and the refusal stored.
+    let refused = ledger
+        .claim(&crate::support::plain_claim(&coupon, &u2, &r2, 0), ClaimStep::Commit)
+        .await
+        .unwrap();
+    assert!(matches!(refused, ClaimReply::Rejected(_)), "{refused:?}");
+    let lost = |user, request| Decision::Lost { user, request };
+    assert!(
+        ledger.replicated(&coupon, 0, lost(&u2, &r2)).await.unwrap(),
+        "a stored loss"
+    );
+    assert!(
+        !ledger.replicated(&coupon, 0, lost(&u1, &r1)).await.unwrap(),
+        "a win is no loss"
+    );
+    assert!(
+        ledger
+            .replicated(
+                &coupon,
+                0,
+                Decision::Reserved {
+                    user: &u1,
+                    request: &r1
+                }
+            )
+            .await
+            .unwrap(),
+        "though a replica holds the record"
+    );
+}
+
 /// Redis restarted from a snapshot older than its last writes (a node that
 /// persists by RDB crashing; a restore): the grants minted after the
 /// snapshot were issued, but the shard has forgotten them and would sell

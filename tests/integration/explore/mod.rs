@@ -113,7 +113,15 @@ async fn fixed_seeds_keep_every_promise_after_healing() {
 ///   press's risk places, the winner's among them: a win the user's daily
 ///   claims do not count (a settled BETWEEN_WAVES is now kept as long as
 ///   any refusal of a press that began).
-const FINDINGS: &[u64] = &[15, 1, 24, 101, 145, 192, 1002];
+/// - 1232 (found on Redis 7.0 by a ten-minute search on 2026-12-06): u0
+///   and u4 share d0 (two claims a day); u4's r1 borrows, finds every
+///   donor empty and settles BETWEEN_WAVES; shard 0 is lost before a
+///   replica vouches for the loss, so r1 keeps its places, and was told
+///   its loss: nobody would ever give them back. Once u0 won, u4's r2 heard
+///   DEVICE_CLAIM_LIMIT with one win on the phone, for the rest of the day
+///   (a loss no replica holds now answers BUSY, and the retry gives the
+///   places back or decides afresh).
+const FINDINGS: &[u64] = &[15, 1, 24, 101, 145, 192, 1002, 1232];
 
 #[tokio::test]
 async fn seeds_that_once_broke_the_promise_keep_it_after_healing() {

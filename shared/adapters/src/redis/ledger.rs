@@ -246,6 +246,7 @@ impl StockLedger for RedisLedger {
                 vec!["record".into(), encode_win(record)],
             ),
             Decision::Reserved { user, request } => (vec![k.fence(), k.request(user, request)], vec!["exists".into()]),
+            Decision::Lost { user, request } => (vec![k.fence(), k.request(user, request)], vec!["lost".into()]),
             Decision::Took { user, record } => (
                 vec![k.fence(), k.taken()],
                 vec![

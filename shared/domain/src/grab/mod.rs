@@ -34,7 +34,8 @@
 //!    and the risk hold stays held, and the client's retry with the same
 //!    request id replays the win and sends it again (the issuer absorbs
 //!    duplicates). The reconciler's re-drive is the backstop for a client
-//!    that never retries. Losers: release the risk hold.
+//!    that never retries. Losers: release the risk hold, once a replica
+//!    holds the loss (until then BUSY, and the retry releases it).
 //!
 //! Why not SUCCESS with the grant only in the outbox: Redis may lose it
 //! (a flush, a failover to a lagging replica) before the reconciler
@@ -117,10 +118,14 @@ pub struct GrabRequest {
 /// A grab could not be decided; the client should retry with the same id.
 #[derive(Debug, thiserror::Error)]
 pub enum GrabError {
-    /// The grab won but no replica acknowledged the decision in time: a
-    /// failover now could roll it back, so the user must not hear SUCCESS
-    /// yet. Nothing was sent; the retry replays the win and waits again.
-    #[error("grant won but not yet on a replica")]
+    /// The grab was decided but no replica acknowledged the decision in
+    /// time: a failover now could roll it back. A win: the user must not
+    /// hear SUCCESS yet, nothing was sent; the retry replays the win and
+    /// waits again. A loss whose press holds risk places: they cannot go
+    /// back yet (a copy of the press could win on them after a failover),
+    /// so the press is not told decided; the retry replays the loss and
+    /// gives them back once a replica holds it.
+    #[error("decision not yet on a replica")]
     NotReplicated,
     /// The grab won but the queue did not take the grant: the user must not
     /// hear SUCCESS yet. The grant stays in the outbox; a retry with the
@@ -317,24 +322,31 @@ impl GrabService {
         // is kept (over-counting is the safe side of a limit).
         let decided = self.decide(claim, shards, reply).await?;
         // The hold is this press's own reservation (keyed by coupon and
-        // request id), so a win keeps it, replayed or not, and anything else
-        // gives it back; giving back twice changes nothing. A replayed loss
+        // request id), so a win keeps it, replayed or not, and a loss gives
+        // it back; giving back twice changes nothing. A replayed loss
         // without a hold in hand gives back what the press holds: the
         // attempt that decided it may have died before its release, and a
         // press that never won must not count against a limit.
-        // A loss decided now (a commit's refusal, a borrow's end) is stored
-        // under the request id, and another copy of the press may hold
-        // these same places: they go back only once a replica holds the
-        // loss, so no failover can let that copy win on them.
-        let fresh_loss = decided.outcome.is_err() && !decided.replayed;
-        let hold = match hold {
-            Some(h) if fresh_loss && !h.is_empty() && !self.loss_is_kept(claim).await => None,
-            other => other,
-        };
         if decided.outcome.is_err() {
+            let gives_back = match hold.as_ref() {
+                Some(h) => !h.is_empty(),
+                None => decided.replayed && self.risk.reserves(),
+            };
+            // A loss is stored under the request id, and another copy of
+            // the press may hold these same places: they go back only once
+            // a replica holds the loss, so no failover can let that copy
+            // win on them. Until then the press is not told it lost: BUSY,
+            // the places stay, and its retry (the same request id) gives
+            // them back once a replica holds the loss, or decides afresh on
+            // the node there is if a failover forgot it. A loss told while
+            // its places stayed would hold them for the day (a false
+            // DEVICE_CLAIM_LIMIT for the phone's other users).
+            if gives_back && !self.loss_is_kept(claim).await {
+                return Err(GrabError::NotReplicated);
+            }
             match hold.as_ref() {
                 Some(h) => self.release(h).await,
-                None if decided.replayed && self.risk.reserves() => self.release_press(claim, req.ip).await,
+                None if gives_back => self.release_press(claim, req.ip).await,
                 None => {}
             }
         }
@@ -354,23 +366,22 @@ impl GrabService {
     /// Whether a replica holds the press's stored loss (with no replica
     /// to wait for, at once). A failover losing it would let a copy of the
     /// press that holds the same places win on them once they are given
-    /// back; until a replica vouches, the places stay taken: the user is
-    /// over-counted by one claim until the day ends, the safe side of a
-    /// limit.
+    /// back; until a replica vouches, the places stay taken and the press
+    /// answers BUSY, so that its retry gives them back.
     async fn loss_is_kept(&self, claim: &Claim<'_>) -> bool {
-        let loss = Decision::Reserved {
+        let loss = Decision::Lost {
             user: claim.user,
             request: claim.request,
         };
         match self.ledger.replicated(claim.coupon, claim.home_shard, loss).await {
             Ok(true) => true,
             Ok(false) => {
-                warn!("no replica holds the press's loss yet; its risk places stay taken");
+                warn!("no replica holds the press's loss yet; its risk places stay taken, BUSY");
                 self.metrics.count(Metric::RiskReleaseFailed, None, 1);
                 false
             }
             Err(e) => {
-                warn!(error = %e, "the press's loss could not be checked; its risk places stay taken");
+                warn!(error = %e, "the press's loss could not be checked; its risk places stay taken, BUSY");
                 self.metrics.count(Metric::RiskReleaseFailed, None, 1);
                 false
             }

@@ -244,10 +244,19 @@ pub enum Decision<'a> {
     },
     /// The request has a record on its home shard: a borrow's reservation,
     /// or whatever settled it since (a take for a claim the home forgot
-    /// would be a unit nobody counts), or a stored loss (risk places given
-    /// back for a loss a failover forgets would let another copy of the
-    /// press win on them).
+    /// would be a unit nobody counts).
     Reserved {
+        /// Whose press.
+        user: &'a UserId,
+        /// The press.
+        request: &'a RequestId,
+    },
+    /// The request's record on its home shard is a stored loss (`L|`):
+    /// risk places given back for a loss a failover forgets would let
+    /// another copy of the press win on them. Not any record: a borrow's
+    /// reservation (`B|`) a replica holds is no loss, and the press may
+    /// still win from it.
+    Lost {
         /// Whose press.
         user: &'a UserId,
         /// The press.

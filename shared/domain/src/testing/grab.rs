@@ -129,6 +129,7 @@ impl StockLedger for ScriptedLedger {
         let what = match decision {
             Decision::Won { record, .. } => format!("won {}", record.grant_id),
             Decision::Reserved { .. } => "reserved".into(),
+            Decision::Lost { .. } => "lost".into(),
             Decision::Took { record, .. } => format!("took {}", record.grant_id),
             Decision::Pending { record, .. } => format!("pending {}", record.grant_id),
             Decision::Writes => "writes".into(),

@@ -143,7 +143,9 @@ async fn a_borrow_found_at_admission_is_resumed_and_gives_its_reservation_back_i
             "admit".to_string(),
             format!("replicated:{home}"),
             format!("take:{donor}"),
-            "settle".into()
+            "settle".into(),
+            // The loss, held by a replica before the hold goes back.
+            format!("replicated:{home}"),
         ]
     );
     assert_eq!(

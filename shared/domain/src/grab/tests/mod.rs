@@ -235,8 +235,10 @@ async fn a_loser_gives_its_risk_hold_back_and_sends_nothing() {
 /// A commit's refusal is stored, and another copy of the press may hold
 /// the same places: they go back only once a replica holds the loss (a
 /// failover that forgot it would let that copy win on places given back).
+/// Until then the press is not told it lost (BUSY), so its retry gives the
+/// places back instead of their staying taken for the day.
 #[tokio::test]
-async fn a_loser_keeps_its_risk_hold_until_a_replica_holds_its_loss() {
+async fn a_loser_keeps_its_risk_hold_and_hears_busy_until_a_replica_holds_its_loss() {
     let w = world(
         ScriptedLedger {
             shards: 1,
@@ -247,17 +249,48 @@ async fn a_loser_keeps_its_risk_hold_until_a_replica_holds_its_loss() {
         FakeRisk::allowing(),
         FakeQueue::default(),
     );
-    let outcome = w.service.grab(&request("u")).await.unwrap();
-    assert!(matches!(outcome, GrabOutcome::Rejected { .. }));
+    let outcome = w.service.grab(&request("u")).await;
+    assert!(matches!(outcome, Err(GrabError::NotReplicated)), "{outcome:?}");
     assert_eq!(
         *w.risk.released.lock().unwrap(),
         0,
         "kept: the loss may yet be forgotten"
     );
-    assert_eq!(
-        w.ledger.vouched.lock().unwrap().as_slice(),
-        [(0, "reserved".to_owned())]
-    );
+    assert_eq!(w.ledger.vouched.lock().unwrap().as_slice(), [(0, "lost".to_owned())]);
+}
+
+/// The retry of a press told BUSY for an unvouched loss replays the loss:
+/// once a replica holds it, the places go back and the loss is told; while
+/// none does, the retry hears BUSY again and gives nothing back.
+#[tokio::test]
+async fn a_replayed_loss_gives_its_places_back_only_once_a_replica_holds_it() {
+    for (unreplicated, released) in [(true, 0), (false, 1)] {
+        let w = world(
+            ScriptedLedger {
+                shards: 1,
+                admit: Some(ClaimReply::Replay(Recorded::Closed(Rejection::AlreadyClaimed))),
+                unreplicated,
+                ..Default::default()
+            },
+            FakeRisk::allowing(),
+            FakeQueue::default(),
+        );
+        let outcome = w.service.grab(&request("u")).await;
+        if unreplicated {
+            assert!(matches!(outcome, Err(GrabError::NotReplicated)), "{outcome:?}");
+        } else {
+            assert!(
+                matches!(outcome, Ok(GrabOutcome::Rejected { replayed: true, .. })),
+                "{outcome:?}"
+            );
+        }
+        assert_eq!(
+            *w.risk.released.lock().unwrap(),
+            released,
+            "unreplicated: {unreplicated}"
+        );
+        assert_eq!(w.ledger.vouched.lock().unwrap().as_slice(), [(0, "lost".to_owned())]);
+    }
 }
 
 #[tokio::test]
