@@ -31,6 +31,51 @@ def template():
     return yaml.load((ROOT / "template.yaml").read_text(), Loader=CfnLoader)
 
 
+# The template's `Cache` choices, each deployed and checked on its own.
+CACHES = ("node", "node-durable")
+
+
+def resolve(node, parameters, tpl=None):
+    """`node` as CloudFormation resolves it for the stack `parameters`
+    (the others at their defaults): `Fn::If` on a condition of the
+    template, `Ref` to a parameter, a property of `AWS::NoValue` left out;
+    anything else is left as written."""
+    tpl = tpl or template()
+    params = {k: v.get("Default") for k, v in tpl["Parameters"].items()} | parameters
+
+    def condition(c):
+        if isinstance(c, str):
+            return condition(tpl["Conditions"][c])
+        (fn, arg), = c.items()
+        if fn == "Condition":
+            return condition(arg)
+        if fn == "Equals":
+            return value(arg[0]) == value(arg[1])
+        if fn == "Not":
+            return not condition(arg[0])
+        if fn == "And":
+            return all(condition(a) for a in arg)
+        if fn == "Or":
+            return any(condition(a) for a in arg)
+        raise ValueError(f"condition {fn}")
+
+    def value(n):
+        if isinstance(n, list):
+            return [value(v) for v in n]
+        if not isinstance(n, dict):
+            return n
+        if list(n) == ["If"]:
+            name, yes, no = n["If"]
+            return value(yes if condition(name) else no)
+        if list(n) == ["Ref"] and n["Ref"] in params:
+            return params[n["Ref"]]
+        # A property set to AWS::NoValue is not set at all.
+        resolved = {k: value(v) for k, v in n.items()}
+        return {k: v for k, v in resolved.items() if v != {"Ref": "AWS::NoValue"}}
+
+    return value(node)
+
+
 def resources():
     return json.loads((ROOT / "infra" / "local" / "resources.json").read_text())
 

@@ -4,7 +4,9 @@ mode off."""
 import json
 import re
 
-from infra.tests.cfn import FUNCTIONS, ROOT, required_settings, resources, template
+import pytest
+
+from infra.tests.cfn import CACHES, FUNCTIONS, ROOT, required_settings, resolve, resources, template
 
 
 def test_every_local_table_is_in_the_template_with_the_same_keys_indexes_and_ttl():
@@ -170,10 +172,12 @@ def test_a_win_waits_for_a_replica_in_aws_and_one_is_left_after_a_failover():
     by default and in prod, one more, so that a failover (which promotes a
     replica) leaves one to acknowledge and wins are not BUSY for the
     minutes ElastiCache takes to replace the failed node."""
-    resources = template()["Resources"]
+    resources = resolve(template()["Resources"], {"Cache": "node"})
     env = resources["GrabFunction"]["Properties"]["Environment"]["Variables"]
     acks = int(env["REDIS_REPLICA_ACKS"])
     assert acks >= 1
+    assert env["CACHE_DURABILITY"] == "replicated"
+    assert "Durability" not in resources["Redis"]["Properties"]
     replicas = template()["Parameters"]["RedisReplicasPerShard"]
     assert replicas["MinValue"] >= acks
     assert replicas["Default"] >= acks + 1
@@ -182,6 +186,40 @@ def test_a_win_waits_for_a_replica_in_aws_and_one_is_left_after_a_failover():
     # The reconciler re-drives a grant only once as many replicas hold it.
     reconciler = resources["ReconcilerFunction"]["Properties"]["Environment"]["Variables"]
     assert int(reconciler["REDIS_REPLICA_ACKS"]) == acks
+
+
+def test_a_durable_cache_is_valkey_9_with_sync_durability_and_nothing_waits_for_a_replica():
+    """node-durable: ElastiCache for Valkey with durability `sync` (a write
+    is in a multi-AZ log before its reply; `async` could lose the last 10 s
+    of told wins), so no function waits for a replica, and the template's
+    rules refuse the engine versions and node types durability lacks."""
+    tpl = template()
+    resources = resolve(tpl["Resources"], {"Cache": "node-durable", "Engine": "valkey", "EngineVersion": "9.0"})
+    assert resources["Redis"]["Properties"]["Durability"] == "sync"
+    for logical in ("GrabFunction", "AdminFunction", "ReconcilerFunction"):
+        env = resources[logical]["Properties"]["Environment"]["Variables"]
+        assert (env["CACHE_DURABILITY"], env["REDIS_REPLICA_ACKS"]) == ("durable", "0"), logical
+    rule = json.dumps(tpl["Rules"]["DurableCacheIsValkey9"])
+    assert '"Ref": "Cache"' in rule and '"9.0"' in rule and "cache.t4g.small" in rule
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_every_function_with_redis_pairs_its_caches_durability_with_the_waits_its_start_accepts(cache):
+    """The functions refuse to start on a pairing of `CACHE_DURABILITY`
+    and `REDIS_REPLICA_ACKS` that disagrees (`CacheDurability::from_env`):
+    replicated waits for at least one replica, durable for none. Every
+    function the template gives a durability, for every choice."""
+    resources = resolve(template()["Resources"], {"Cache": cache})
+    paired = 0
+    for logical, res in resources.items():
+        env = res.get("Properties", {}).get("Environment", {}).get("Variables", {})
+        if "CACHE_DURABILITY" not in env:
+            assert "REDIS_REPLICA_ACKS" not in env, logical
+            continue
+        acks, durability = int(env["REDIS_REPLICA_ACKS"]), env["CACHE_DURABILITY"]
+        assert (durability, acks >= 1) in {("replicated", True), ("durable", False)}, (logical, durability, acks)
+        paired += 1
+    assert paired >= 3
 
 
 def functions_running_the_pass():
@@ -202,12 +240,12 @@ def functions_running_the_pass():
 # value runs another pass (with REDIS_REPLICA_ACKS 0, an operator's
 # reconcile re-drove grants no replica held, after a failover exactly the
 # case the setting exists for).
-PASS_SETTINGS = ("REDIS_REPLICA_ACKS", "REDIS_REPLICA_ACK_TIMEOUT_MS", "GRANT_DLQ_URL", "GRANT_QUEUE_URL",
+PASS_SETTINGS = ("CACHE_DURABILITY", "REDIS_REPLICA_ACKS", "REDIS_REPLICA_ACK_TIMEOUT_MS", "GRANT_DLQ_URL", "GRANT_QUEUE_URL",
                  "RECONCILE_GRACE_MS", "RECONCILE_SEND_WINDOW_MS", "GRANT_SEND_BUDGET_MS")
 
 
 def test_every_function_that_runs_the_reconcilers_pass_runs_it_with_the_same_settings_and_rights():
-    resources = template()["Resources"]
+    resources = resolve(template()["Resources"], {"Cache": "node"})
     grab = resources["GrabFunction"]["Properties"]["Environment"]["Variables"]
     scheduled = resources["ReconcilerFunction"]["Properties"]["Environment"]["Variables"]
     assert scheduled["REDIS_REPLICA_ACKS"] == grab["REDIS_REPLICA_ACKS"]
@@ -271,13 +309,14 @@ def test_the_operator_chooses_the_engine_and_the_parameter_group_follows_it():
             (contains,) = [a["Assert"]["Contains"] for a in rule["Assertions"]]
             assert contains[1] == {"Ref": "EngineVersion"}
             offered[cond[1]] = contains[0]
-    assert offered == {"redis": ["7.0", "7.1"], "valkey": ["7.2", "8.0", "8.1"]}
+    assert offered == {"redis": ["7.0", "7.1"], "valkey": ["7.2", "8.0", "8.1", "9.0"]}
     assert sorted(v for vs in offered.values() for v in vs) == sorted(params["EngineVersion"]["AllowedValues"])
     assert params["EngineVersion"]["Default"] in offered[params["Engine"]["Default"]]
     families = {(e, v): family_for(e, v) for e, vs in offered.items() for v in vs}
     assert families == {
         ("redis", "7.0"): "redis7", ("redis", "7.1"): "redis7",
         ("valkey", "7.2"): "valkey7", ("valkey", "8.0"): "valkey8", ("valkey", "8.1"): "valkey8",
+        ("valkey", "9.0"): "valkey9",
     }
     group = tpl["Resources"]["Redis"]["Properties"]
     assert group["Engine"] == {"Ref": "Engine"} and group["EngineVersion"] == {"Ref": "EngineVersion"}

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use coupon_adapters::config::{AwsCallSettings, RedisSettings};
+use coupon_adapters::config::{AwsCallSettings, CacheDurability, RedisSettings};
 use coupon_adapters::redis::{Redis, RedisPreheater};
 use coupon_domain::catalog::StockPreheater;
 use coupon_domain::clock::{Clock, SystemClock};
@@ -93,6 +93,7 @@ fn redis_settings(url: &str, cluster: bool) -> RedisSettings {
         idempotency_ttl_secs: 3_600,
         replica_acks: 0,
         replica_ack_timeout_ms: 100,
+        durability: CacheDurability::None,
     }
 }
 

@@ -35,6 +35,77 @@ pub struct RedisSettings {
     /// `REDIS_REPLICA_ACK_TIMEOUT_MS` (100): how long a win waits for those
     /// acknowledgements before answering BUSY (the retry waits again).
     pub replica_ack_timeout_ms: u64,
+    /// `CACHE_DURABILITY`: what an acknowledged write survives on this
+    /// deployment's cache, checked against `replica_acks` at the start.
+    pub durability: CacheDurability,
+}
+
+/// What an acknowledged write survives on the cache a deployment runs on
+/// (`CACHE_DURABILITY`, which the template derives from its `Cache`
+/// choice). "A SUCCESS is a coupon" rests on it: a decision a user is
+/// told must outlive a failover, by the cheapest means the cache allows.
+/// Checked at cold start against `REDIS_REPLICA_ACKS`, so a template that
+/// pairs a cache with the wrong means fails its start, naming the setting,
+/// instead of losing wins (no waits on a cache that needs them) or paying
+/// a round trip per win for nothing (waits on one that does not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheDurability {
+    /// `replicated`: a node-based ElastiCache cluster, whose failover may
+    /// promote a replica that lacks the primary's last writes. A decision
+    /// is acted on only once `REDIS_REPLICA_ACKS` (at least 1) replicas
+    /// hold it (`WAIT`).
+    Replicated,
+    /// `durable`: ElastiCache for Valkey with durability `sync`, or
+    /// MemoryDB: a write is acknowledged only once it is in the multi-AZ
+    /// transaction log, and a failover keeps it. Nothing to wait for
+    /// (`REDIS_REPLICA_ACKS` 0).
+    Durable,
+    /// `none`: a server without replicas (the local stack): a failover or
+    /// a restart may lose any acknowledged write; `REDIS_REPLICA_ACKS` 0.
+    None,
+}
+
+impl CacheDurability {
+    /// Reads `CACHE_DURABILITY` (unset: `replicated` if `replica_acks` asks
+    /// for replicas, else `none`) and checks `replica_acks` against it.
+    fn from_env(env: &Env, replica_acks: u32) -> Result<Self, ConfigError> {
+        let durability = match env.optional("CACHE_DURABILITY").as_deref().map(str::trim) {
+            None if replica_acks > 0 => Self::Replicated,
+            None => Self::None,
+            Some("replicated") => Self::Replicated,
+            Some("durable") => Self::Durable,
+            Some("none") => Self::None,
+            Some(_) => {
+                return Err(ConfigError::Invalid {
+                    var: "CACHE_DURABILITY",
+                    problem: "expected replicated, durable or none".into(),
+                })
+            }
+        };
+        let problem = match (durability, replica_acks) {
+            (Self::Replicated, 0) => Some(
+                "is 0 with CACHE_DURABILITY=replicated: a failover could roll back a win its user was told; \
+                 set it to 1 or more"
+                    .to_owned(),
+            ),
+            (Self::Durable, n) if n > 0 => Some(format!(
+                "is {n} with CACHE_DURABILITY=durable: the cache acknowledges a write once its transaction \
+                 log holds it, so a WAIT adds a round trip per win and nothing else; set it to 0"
+            )),
+            (Self::None, n) if n > 0 => Some(format!(
+                "is {n} with CACHE_DURABILITY=none: a cache without replicas has none to wait for; set it \
+                 to 0, or CACHE_DURABILITY to replicated"
+            )),
+            _ => None,
+        };
+        match problem {
+            Some(problem) => Err(ConfigError::Invalid {
+                var: "REDIS_REPLICA_ACKS",
+                problem,
+            }),
+            None => Ok(durability),
+        }
+    }
 }
 
 impl fmt::Debug for RedisSettings {
@@ -49,6 +120,7 @@ impl fmt::Debug for RedisSettings {
             .field("idempotency_ttl_secs", &self.idempotency_ttl_secs)
             .field("replica_acks", &self.replica_acks)
             .field("replica_ack_timeout_ms", &self.replica_ack_timeout_ms)
+            .field("durability", &self.durability)
             .finish()
     }
 }
@@ -58,7 +130,8 @@ impl RedisSettings {
     /// (true) as a deployment sets them from the ElastiCache resource; then
     /// `REDIS_KEY_PREFIX`, `REDIS_TIMEOUT_MS`, `REDIS_CONNECT_TIMEOUT_MS`,
     /// `REDIS_CLUSTER`, `REDIS_AUTH_SECRET_ARN`, `IDEMPOTENCY_TTL_SECS`,
-    /// `REDIS_REPLICA_ACKS`, `REDIS_REPLICA_ACK_TIMEOUT_MS`.
+    /// `REDIS_REPLICA_ACKS`, `REDIS_REPLICA_ACK_TIMEOUT_MS`,
+    /// `CACHE_DURABILITY`.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         match Self::url_from_parts(env)? {
             Some(url) => Self::with_url(env, url),
@@ -118,6 +191,7 @@ impl RedisSettings {
                 problem: "at most 64 characters, no braces or white space".into(),
             });
         }
+        let replica_acks = env.number("REDIS_REPLICA_ACKS", 0, 0..=5)?;
         Ok(Self {
             url,
             key_prefix,
@@ -126,8 +200,9 @@ impl RedisSettings {
             cluster: env.flag("REDIS_CLUSTER", false)?,
             auth_secret_arn: env.optional("REDIS_AUTH_SECRET_ARN"),
             idempotency_ttl_secs: env.number("IDEMPOTENCY_TTL_SECS", 86_400, 60..=30 * 86_400)?,
-            replica_acks: env.number("REDIS_REPLICA_ACKS", 0, 0..=5)?,
+            replica_acks,
             replica_ack_timeout_ms: env.number("REDIS_REPLICA_ACK_TIMEOUT_MS", 100, 1..=5_000)?,
+            durability: CacheDurability::from_env(env, replica_acks)?,
         })
     }
 }
@@ -232,6 +307,38 @@ mod tests {
         let err =
             TableNames::from_env(&Env::from_pairs(&[("COUPONS_TABLE", "c"), ("USER_COUPONS_TABLE", "u")])).unwrap_err();
         assert_eq!(err, ConfigError::Missing("CLAIMS_TABLE"));
+    }
+
+    #[test]
+    fn the_caches_durability_and_the_replica_waits_must_agree_or_the_start_fails_naming_the_setting() {
+        let settings = |pairs: &[(&'static str, &'static str)]| {
+            let mut all = vec![("REDIS_URL", "redis://h")];
+            all.extend_from_slice(pairs);
+            RedisSettings::from_env(&Env::from_pairs(&all))
+        };
+        let durability = |pairs| settings(pairs).map(|s| s.durability);
+        assert_eq!(durability(&[]), Ok(CacheDurability::None), "the local default");
+        assert_eq!(
+            durability(&[("REDIS_REPLICA_ACKS", "1")]),
+            Ok(CacheDurability::Replicated)
+        );
+        assert_eq!(
+            durability(&[("CACHE_DURABILITY", "durable")]),
+            Ok(CacheDurability::Durable)
+        );
+        for wrong in [
+            &[("CACHE_DURABILITY", "replicated")][..],
+            &[("CACHE_DURABILITY", "durable"), ("REDIS_REPLICA_ACKS", "1")],
+            &[("CACHE_DURABILITY", "none"), ("REDIS_REPLICA_ACKS", "2")],
+        ] {
+            let err = settings(wrong).unwrap_err();
+            assert!(
+                err.to_string().starts_with("REDIS_REPLICA_ACKS is invalid"),
+                "{wrong:?}: {err}"
+            );
+        }
+        let err = settings(&[("CACHE_DURABILITY", "eventually")]).unwrap_err();
+        assert!(err.to_string().starts_with("CACHE_DURABILITY is invalid"), "{err}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use coupon_adapters::config::RedisSettings;
+use coupon_adapters::config::{CacheDurability, RedisSettings};
 use coupon_adapters::dynamodb::{DynamoCouponRepository, DynamoFacts, DynamoIssueLedger, Tables};
 use coupon_adapters::redis::{Redis, RedisBlacklistFlags, RedisLedger, RedisPreheater};
 use coupon_domain::catalog::{create_coupon, CreateError, Created};
@@ -128,6 +128,11 @@ impl Harness {
             idempotency_ttl_secs: 86_400,
             replica_acks: opts.replica_acks,
             replica_ack_timeout_ms: 200,
+            durability: if opts.replica_acks > 0 {
+                CacheDurability::Replicated
+            } else {
+                CacheDurability::None
+            },
         };
         let redis = Redis::connect(&redis_settings)
             .await
