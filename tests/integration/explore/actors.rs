@@ -8,7 +8,7 @@ use std::sync::Arc;
 use coupon_adapters::dynamodb::DynamoIssueLedger;
 use coupon_domain::clock::Clock;
 use coupon_domain::issuance::IssueLedger;
-use coupon_domain::reconcile::CouponReport;
+use coupon_domain::reconcile::{CouponReport, Reconciler};
 use lambda_runtime::LambdaEvent;
 
 use super::gated::{GatedClaims, GatedIssue, GatedLedger, GatedRedrive, GatedRepair};
@@ -141,28 +141,7 @@ pub(super) async fn issuer_actor(world: Arc<World>, actor: ActorId, rounds: u32)
 /// world then the draw's instant (a step of its own, so presses and
 /// faults interleave with it) and `draw_passes` more, which draw.
 pub(super) async fn reconciler_actor(world: Arc<World>, actor: ActorId, passes: u32, draw_passes: u32) {
-    let gate = world.gate(actor, "reconciler".into());
-    let reconciler = world
-        .h
-        .reconciler_over(&world.h.queue_url, SEND_WINDOW_MS, |mut ports| {
-            ports.repair = Arc::new(GatedRepair {
-                inner: ports.repair,
-                gate: gate.clone(),
-            });
-            ports.ledger = Arc::new(GatedLedger {
-                inner: ports.ledger,
-                gate: gate.clone(),
-            });
-            ports.redrive = Arc::new(GatedRedrive {
-                inner: ports.redrive,
-                gate: gate.clone(),
-            });
-            ports.claims = Arc::new(GatedClaims {
-                inner: ports.claims,
-                gate: gate.clone(),
-            });
-            ports
-        });
+    let reconciler = gated_reconciler(&world, actor, "reconciler");
     let pass = || async {
         match reconciler.run().await {
             Ok(report) => world
@@ -185,6 +164,63 @@ pub(super) async fn reconciler_actor(world: Arc<World>, actor: ActorId, passes: 
         for _ in 0..draw_passes {
             pass().await;
         }
+    }
+    world.sched.finish(actor);
+}
+
+/// The reconciler as deployed, its Redis, SQS and claim calls behind the
+/// scheduler's gate as `who`.
+fn gated_reconciler(world: &World, actor: ActorId, who: &str) -> Reconciler {
+    let gate = world.gate(actor, who.into());
+    world
+        .h
+        .reconciler_over(&world.h.queue_url, SEND_WINDOW_MS, |mut ports| {
+            ports.repair = Arc::new(GatedRepair {
+                inner: ports.repair,
+                gate: gate.clone(),
+            });
+            ports.ledger = Arc::new(GatedLedger {
+                inner: ports.ledger,
+                gate: gate.clone(),
+            });
+            ports.redrive = Arc::new(GatedRedrive {
+                inner: ports.redrive,
+                gate: gate.clone(),
+            });
+            ports.claims = Arc::new(GatedClaims {
+                inner: ports.claims,
+                gate: gate.clone(),
+            });
+            ports
+        })
+}
+
+/// The repair request's invocation after a node restarted from a snapshot:
+/// the presses on the restarted shard answer BUSY and ask for a repair,
+/// and the reconciler's invocation follows the coupon until the send
+/// window has passed, then repairs it (the restart check: the shard
+/// dropped or confirmed): a pass, then `passes` more, each after the window, among the schedule's other steps
+/// and faults. Without it the check ran almost only in healing, outside
+/// any interleaving: the in-schedule passes seldom saw the window pass.
+pub(super) async fn repair_actor(world: Arc<World>, actor: ActorId, passes: u32) {
+    let reconciler = gated_reconciler(&world, actor, "repair");
+    let pass = || async {
+        match reconciler.repair(std::slice::from_ref(&world.def.coupon_id)).await {
+            Ok(report) => world
+                .sched
+                .tell(format!("repair: pass -> {}", summary(&report.coupons))),
+            Err(e) => world.sched.tell(format!("repair: pass failed: {e}")),
+        }
+    };
+    // The first pass opens the coupon's wait (or finds it open).
+    pass().await;
+    for _ in 0..passes {
+        world.sched.step(actor, "clock: the send window passes".into()).await;
+        world.h.clock.advance(SEND_WINDOW_MS);
+        world
+            .sched
+            .tell(format!("repair: the send window ({SEND_WINDOW_MS} ms) passes"));
+        pass().await;
     }
     world.sched.finish(actor);
 }

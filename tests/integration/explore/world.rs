@@ -36,7 +36,7 @@ use coupon_domain::issuance::IssueLedger;
 use coupon_domain::outcome::{GrabOutcome, Rejection, RiskReason};
 use tokio::task::JoinHandle;
 
-use super::actors::{entrant_actor, issuer_actor, reconciler_actor, twin_actor, user_actor};
+use super::actors::{entrant_actor, issuer_actor, reconciler_actor, repair_actor, twin_actor, user_actor};
 use super::gated::{Gate, GatedClaims, GatedLedger, GatedPublisher, GatedRisk};
 use super::heal::{fault, heal, judge, node_fault};
 use super::nodes::Nodes;
@@ -208,6 +208,8 @@ pub(super) enum Role {
     Entrant(usize),
     Issuer,
     Reconciler,
+    /// The repair request's invocation after a restart.
+    Repair,
 }
 
 pub(super) fn user_name(u: usize) -> String {
@@ -640,11 +642,21 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
     }
 
     // The schedule: a step at a time, a fault now and then between two.
+    let mut repairing = false;
     while let Some(chosen) = sched.pick(&mut rng).await {
         outcome.steps += 1;
         world.h.clock.advance(rng.between(0, 40));
         if node_faults && node_rng.chance(shape.fault_percent) {
             let fault = node_fault(&world, &mut node_rng).await;
+            if fault == "restart_from_snapshot" && !repairing {
+                // The presses on the restarted shard ask for a repair; its
+                // invocation follows the coupon through the send window.
+                repairing = true;
+                let actor = world.new_actor();
+                let passes = node_rng.between(1, 2) as u32;
+                let task = tokio::task::spawn_local(repair_actor(world.clone(), actor, passes));
+                world.tasks.lock().unwrap().insert(actor, (Role::Repair, task));
+            }
             *outcome.faults.entry(fault).or_default() += 1;
         }
         if rng.chance(shape.fault_percent) {

@@ -186,6 +186,12 @@ struct Surviving {
     accounted: HashSet<crate::ids::GrantId>,
 }
 
+/// How many coupons of one repair batch are repaired at once: enough for
+/// the coupons one node held (a repair-queue batch names at most ten), few
+/// enough that the passes' reads do not crowd each other out on the
+/// stores' connections.
+pub const REPAIR_AT_ONCE: usize = 4;
+
 /// How long after a coupon's selling is over (a lottery's draw window
 /// included) a pass may settle it: long enough for every send decided
 /// before the end, a re-drive of the dead-letter queue by an operator the
@@ -295,28 +301,53 @@ impl Reconciler {
     /// reconciled exactly as [`Self::run`] does it. A coupon whose repair
     /// still waits for its grants on their way reports `shards_waiting` >
     /// 0; the caller follows it ([`Self::repair_due`]) or asks again later.
+    ///
+    /// The coupons are repaired side by side ([`REPAIR_AT_ONCE`] at a
+    /// time), not one after another: a node restored from a snapshot loses
+    /// every coupon it held at once, and the batch that names them must not
+    /// keep the last one's sale shut while the first ones are rebuilt (a
+    /// rebuild reads every claim of its coupon: seconds for a big sale).
+    /// Passes over different coupons share nothing, and a pass is safe
+    /// beside any other (every step is conditional), so this changes only
+    /// when each sale opens again. The report keeps the batch's order; the
+    /// first error fails the batch, as one pass failing did before (the
+    /// caller runs the whole batch again, which is safe).
     #[instrument(skip_all, fields(coupons = coupons.len()))]
     pub async fn repair(&self, coupons: &[CouponId]) -> Result<ReconcileReport, StoreError> {
+        use futures::stream::{self, StreamExt, TryStreamExt};
+
         let now = self.ports.clock.now_ms();
-        let mut report = ReconcileReport {
+        let mut seen = HashSet::new();
+        // The futures made first, then run: a closure inside the stream
+        // would make the whole future's `Send` depend on every lifetime.
+        let passes: Vec<_> = coupons
+            .iter()
+            .filter(|c| seen.insert(*c))
+            .map(|coupon| self.repair_one(coupon, now))
+            .collect();
+        let repaired: Vec<Option<CouponReport>> = stream::iter(passes).buffered(REPAIR_AT_ONCE).try_collect().await?;
+        let report = ReconcileReport {
             started_at_ms: now,
+            coupons: repaired.into_iter().flatten().collect(),
             ..ReconcileReport::default()
         };
-        let mut seen = HashSet::new();
-        for coupon in coupons.iter().filter(|c| seen.insert(*c)) {
-            let Some(stored) = self.ports.facts.stored(coupon).await? else {
-                continue;
-            };
-            let def = &stored.definition;
-            if now > def.sells_until_ms().saturating_add(self.settings.retention_ms) {
-                continue;
-            }
-            let figures = self.coupon(def, now).await?;
-            self.publish(&figures);
-            report.coupons.push(figures);
-        }
         info!(coupons = report.coupons.len(), "repaired on request");
         Ok(report)
+    }
+
+    /// One coupon of [`Self::repair`]'s batch; `None` if it does not exist
+    /// or its window is long over.
+    async fn repair_one(&self, coupon: &CouponId, now: i64) -> Result<Option<CouponReport>, StoreError> {
+        let Some(stored) = self.ports.facts.stored(coupon).await? else {
+            return Ok(None);
+        };
+        let def = &stored.definition;
+        if now > def.sells_until_ms().saturating_add(self.settings.retention_ms) {
+            return Ok(None);
+        }
+        let figures = self.coupon(def, now).await?;
+        self.publish(&figures);
+        Ok(Some(figures))
     }
 
     /// Sets the blacklist flags Redis lost (after a flush or a failover

@@ -302,6 +302,139 @@ async fn a_repair_request_rebuilds_the_named_coupon_or_says_it_waits() {
     assert_eq!(w.shards.state(&def.coupon_id, 0).unwrap().stock, 10);
 }
 
+/// A node restored from a snapshot loses every coupon it held at once, and
+/// one repair batch names them all: the coupons are repaired side by side,
+/// so the last one's sale does not stay shut while the first is rebuilt.
+/// (The first coupon's pass is held at its first read until the second's
+/// pass has begun; one after another, the batch would never get there.)
+#[tokio::test]
+async fn a_repair_batch_repairs_its_coupons_side_by_side_not_one_after_another() {
+    let w = world();
+    let first = coupon(10, 1);
+    let second = CouponDefinition {
+        coupon_id: CouponId::parse("c2").unwrap(),
+        ..coupon(6, 1)
+    };
+    w.facts
+        .definitions
+        .lock()
+        .unwrap()
+        .extend([first.clone(), second.clone()]);
+    let facts = Arc::new(HeldUntilAnother {
+        inner: w.facts.clone(),
+        held: first.coupon_id.clone(),
+        begun: std::sync::atomic::AtomicBool::new(false),
+    });
+    let reconciler = Reconciler::new(
+        ReconcilePorts {
+            facts,
+            repair: w.shards.clone(),
+            ledger: w.ledger.clone(),
+            redrive: w.queue.clone(),
+            claims: w.facts.clone(),
+            blacklist: w.facts.clone(),
+            flags: w.shards.clone(),
+            live: w.shards.clone(),
+            entries: Arc::new(crate::testing::MemoryEntries::default()),
+            clock: Arc::new(w.clock.clone()),
+            metrics: w.metrics.clone(),
+        },
+        ReconcileSettings {
+            grace_ms: GRACE,
+            retention_ms: 86_400_000,
+            backlog_ms: 600_000,
+            send_window_ms: 0,
+        },
+    );
+
+    let report = reconciler
+        .repair(&[first.coupon_id.clone(), second.coupon_id.clone()])
+        .await
+        .expect("both repaired");
+
+    let rebuilt: Vec<(&str, u32)> = report
+        .coupons
+        .iter()
+        .map(|c| (c.coupon_id.as_str(), c.shards_rebuilt))
+        .collect();
+    assert_eq!(rebuilt, [("c1", 1), ("c2", 1)], "in the batch's order");
+    assert_eq!(w.shards.state(&first.coupon_id, 0).unwrap().stock, 10);
+    assert_eq!(w.shards.state(&second.coupon_id, 0).unwrap().stock, 6);
+}
+
+/// The durable facts, but a pass over `held` waits at its first read
+/// until a pass over another coupon has begun (and gives up, failing the
+/// pass, after many tries).
+struct HeldUntilAnother {
+    inner: Arc<MemoryFacts>,
+    held: CouponId,
+    begun: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl DurableFacts for HeldUntilAnother {
+    async fn definitions(&self) -> Result<Vec<CouponDefinition>, StoreError> {
+        self.inner.definitions().await
+    }
+    async fn stored(&self, c: &CouponId) -> Result<Option<crate::coupon::StoredCoupon>, StoreError> {
+        use std::sync::atomic::Ordering;
+        if *c != self.held {
+            self.begun.store(true, Ordering::SeqCst);
+        } else {
+            let mut tries = 0;
+            while !self.begun.load(Ordering::SeqCst) {
+                tries += 1;
+                if tries > 10_000 {
+                    return Err(StoreError::Conflict("no other coupon's pass began".into()));
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+        self.inner.stored(c).await
+    }
+    async fn issued(&self, c: &CouponId) -> Result<u64, StoreError> {
+        self.inner.issued(c).await
+    }
+    async fn rejections(&self, c: &CouponId) -> Result<Vec<ports::RejectedGrant>, StoreError> {
+        self.inner.rejections(c).await
+    }
+    async fn issued_grants(&self, g: &[Grant]) -> Result<std::collections::HashSet<GrantId>, StoreError> {
+        self.inner.issued_grants(g).await
+    }
+    async fn holdings(&self, c: &CouponId) -> Result<crate::user_coupon::Holdings, StoreError> {
+        self.inner.holdings(c).await
+    }
+    async fn claims(&self, c: &CouponId) -> Result<Vec<Grant>, StoreError> {
+        self.inner.claims(c).await
+    }
+    async fn record_rebuild(&self, c: &CouponId, now: i64, n: u64) -> Result<(), StoreError> {
+        self.inner.record_rebuild(c, now, n).await
+    }
+    async fn raise_high_water(&self, c: &CouponId, shard: u32, seq: u64) -> Result<(), StoreError> {
+        self.inner.raise_high_water(c, shard, seq).await
+    }
+    async fn was_rebuilt(&self, c: &CouponId) -> Result<bool, StoreError> {
+        self.inner.was_rebuilt(c).await
+    }
+    async fn high_water(&self, c: &CouponId) -> Result<HashMap<u32, u64>, StoreError> {
+        self.inner.high_water(c).await
+    }
+    async fn barrier(&self, c: &CouponId) -> Result<Option<crate::barrier::BarrierRecord>, StoreError> {
+        self.inner.barrier(c).await
+    }
+    async fn open_barrier(
+        &self,
+        c: &CouponId,
+        r: &crate::barrier::BarrierRecord,
+        replacing: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.inner.open_barrier(c, r, replacing).await
+    }
+    async fn close_barrier(&self, c: &CouponId, id: &str) -> Result<bool, StoreError> {
+        self.inner.close_barrier(c, id).await
+    }
+}
+
 /// A grant whose shard no replica has acknowledged (the replica lags; a
 /// failover now would promote it without the grant) is not re-driven yet:
 /// issued, it would be a coupon for a unit the promoted replica sells
