@@ -16,7 +16,7 @@ empty :=
 space := $(empty) $(empty)
 ENGINE_LIST := $(subst $(space),$(comma),$(strip $(REDIS_ENGINES)))
 
-.PHONY: help setup stack build up demo chaos explore pump down test test-rust test-engines test-localstack test-infra test-contract test-chaos bench lint fmt coupon
+.PHONY: help setup stack build up demo chaos explore pump down test test-rust test-engines test-localstack test-infra test-contract test-chaos bench lint fmt docs coupon
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -108,3 +108,6 @@ lint: ## Formatting and clippy, warnings are errors
 
 fmt:
 	cargo fmt --all
+
+docs: ## Write the parts of the docs generated from the code (the metric table); CI fails while they are stale
+	python3 infra/gen_docs.py

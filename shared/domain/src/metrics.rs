@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 /// can never watch a name nothing emits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Metric {
-    /// grab: one per press, by `Outcome` (a code, or `UNAVAILABLE`).
+    /// grab, by `Outcome`: one per press (a code, or `UNAVAILABLE`).
     GrabOutcome,
     /// grab: a win whose grant SQS did not take, or whose claim DynamoDB did
     /// not write first (the press answered BUSY).
