@@ -141,6 +141,32 @@ async fn seeds_that_once_broke_the_promise_keep_it_after_healing() {
     assert!(failed.is_empty(), "seeds {failed:?} broke the promise (stories above)");
 }
 
+/// The protocol's branches a search should reach, each as the branch count
+/// that shows it (`port.method:Answer`), with what it is in the protocol's
+/// words; the report lists the ones a run never reached, so a branch the
+/// explorer stopped reaching is seen. (A wave's instant crossed shows in
+/// its refusals and wins, and a rebuild's shortcut, every unit issued, in
+/// the pass's reports: neither is one port call's answer.)
+const BRANCHES: &[(&str, &str)] = &[
+    ("ledger.claim:Won", "a win on the home shard"),
+    ("ledger.claim:Borrow", "a borrow begun"),
+    ("ledger.take:Won", "a donor's unit taken"),
+    ("ledger.take:Missing", "a donor lost"),
+    ("ledger.settle:Some.Won", "a borrow settled with its unit"),
+    ("ledger.settle:Some.Closed", "a borrow settled BETWEEN_WAVES or closed"),
+    ("ledger.settle:None", "a settle that found its reservation gone"),
+    ("ledger.claim:Replay.Won", "a win replayed"),
+    ("ledger.claim:Rejected.SoldOut", "a sell-out"),
+    ("risk.reserve:Refused.DeviceClaimLimit", "a device's claims full"),
+    ("ledger.replicated:false", "a decision no replica holds yet"),
+    ("repair.restore_shard:true", "a lost shard rebuilt"),
+    ("repair.verify:Dropped", "a restarted shard dropped"),
+    ("repair.verify:Confirmed", "a restarted shard confirmed"),
+    ("ledger.draw_claim:Won", "a draw's claim"),
+    ("ledger.draw_claim:Replay.Won", "a draw's claim replayed"),
+    ("dynamodb.issue:Duplicate", "a grant delivered again"),
+];
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
@@ -194,6 +220,11 @@ async fn search() {
             break;
         }
     }
+    let unreached: Vec<&str> = BRANCHES
+        .iter()
+        .filter(|(branch, _)| !branches.contains_key(*branch))
+        .map(|(branch, _)| *branch)
+        .collect();
     let report = json!({
         "engine": engine,
         "firstSeed": first,
@@ -202,6 +233,7 @@ async fn search() {
         "seconds": started.elapsed().as_secs_f64(),
         "faults": faults,
         "branches": branches,
+        "unreached": unreached,
         "violations": failures.len(),
         "failures": failures,
     });
@@ -213,5 +245,8 @@ async fn search() {
     )
     .expect("report");
     println!("explore {engine}: {schedules} schedules, {steps} steps, faults {faults:?}");
+    for (branch, what) in BRANCHES.iter().filter(|(b, _)| unreached.contains(b)) {
+        println!("explore {engine}: never reached: {branch} ({what})");
+    }
     assert!(failures.is_empty(), "{} schedule(s) broke the promise", failures.len());
 }
