@@ -309,12 +309,13 @@ impl Reconciler {
     /// rebuild reads every claim of its coupon: seconds for a big sale).
     /// Passes over different coupons share nothing, and a pass is safe
     /// beside any other (every step is conditional), so this changes only
-    /// when each sale opens again. The report keeps the batch's order; the
-    /// first error fails the batch, as one pass failing did before (the
-    /// caller runs the whole batch again, which is safe).
+    /// when each sale opens again. The report keeps the batch's order; every
+    /// pass runs to its end, and then an error in any fails the batch, as
+    /// one pass failing did before (the caller runs the whole batch again,
+    /// which is safe).
     #[instrument(skip_all, fields(coupons = coupons.len()))]
     pub async fn repair(&self, coupons: &[CouponId]) -> Result<ReconcileReport, StoreError> {
-        use futures::stream::{self, StreamExt, TryStreamExt};
+        use futures::stream::{self, StreamExt};
 
         let now = self.ports.clock.now_ms();
         let mut seen = HashSet::new();
@@ -325,7 +326,11 @@ impl Reconciler {
             .filter(|c| seen.insert(*c))
             .map(|coupon| self.repair_one(coupon, now))
             .collect();
-        let repaired: Vec<Option<CouponReport>> = stream::iter(passes).buffered(REPAIR_AT_ONCE).try_collect().await?;
+        // Every pass runs to its end, then an error in any fails the batch:
+        // one pass's error does not cut the others short.
+        let results: Vec<Result<Option<CouponReport>, StoreError>> =
+            stream::iter(passes).buffered(REPAIR_AT_ONCE).collect().await;
+        let repaired = results.into_iter().collect::<Result<Vec<_>, _>>()?;
         let report = ReconcileReport {
             started_at_ms: now,
             coupons: repaired.into_iter().flatten().collect(),

@@ -324,8 +324,60 @@ async fn a_repair_batch_repairs_its_coupons_side_by_side_not_one_after_another()
         inner: w.facts.clone(),
         held: first.coupon_id.clone(),
         begun: std::sync::atomic::AtomicBool::new(false),
+        failing: None,
     });
-    let reconciler = Reconciler::new(
+    let reconciler = over(&w, facts);
+
+    let report = reconciler
+        .repair(&[first.coupon_id.clone(), second.coupon_id.clone()])
+        .await
+        .expect("both repaired");
+
+    let rebuilt: Vec<(&str, u32)> = report
+        .coupons
+        .iter()
+        .map(|c| (c.coupon_id.as_str(), c.shards_rebuilt))
+        .collect();
+    assert_eq!(rebuilt, [("c1", 1), ("c2", 1)], "in the batch's order");
+    assert_eq!(w.shards.state(&first.coupon_id, 0).unwrap().stock, 10);
+    assert_eq!(w.shards.state(&second.coupon_id, 0).unwrap().stock, 6);
+}
+
+/// One coupon's pass failing (its store read fails) fails the batch, so
+/// the request is tried again, but does not cut the other coupon's pass
+/// short: its sale is open again already.
+#[tokio::test]
+async fn a_pass_that_fails_in_a_repair_batch_does_not_cut_the_others_short() {
+    let w = world();
+    let failing = coupon(10, 1);
+    let other = CouponDefinition {
+        coupon_id: CouponId::parse("c2").unwrap(),
+        ..coupon(6, 1)
+    };
+    w.facts
+        .definitions
+        .lock()
+        .unwrap()
+        .extend([failing.clone(), other.clone()]);
+    let facts = Arc::new(HeldUntilAnother {
+        inner: w.facts.clone(),
+        held: other.coupon_id.clone(),
+        begun: std::sync::atomic::AtomicBool::new(false),
+        failing: Some(failing.coupon_id.clone()),
+    });
+
+    let result = over(&w, facts)
+        .repair(&[failing.coupon_id.clone(), other.coupon_id.clone()])
+        .await;
+
+    assert!(result.is_err(), "the batch fails, to be tried again");
+    assert!(w.shards.state(&failing.coupon_id, 0).is_none());
+    assert_eq!(w.shards.state(&other.coupon_id, 0).unwrap().stock, 6, "repaired anyway");
+}
+
+/// The world's reconciler, its durable facts read through `facts`.
+fn over(w: &World, facts: Arc<HeldUntilAnother>) -> Reconciler {
+    Reconciler::new(
         ReconcilePorts {
             facts,
             repair: w.shards.clone(),
@@ -345,30 +397,17 @@ async fn a_repair_batch_repairs_its_coupons_side_by_side_not_one_after_another()
             backlog_ms: 600_000,
             send_window_ms: 0,
         },
-    );
-
-    let report = reconciler
-        .repair(&[first.coupon_id.clone(), second.coupon_id.clone()])
-        .await
-        .expect("both repaired");
-
-    let rebuilt: Vec<(&str, u32)> = report
-        .coupons
-        .iter()
-        .map(|c| (c.coupon_id.as_str(), c.shards_rebuilt))
-        .collect();
-    assert_eq!(rebuilt, [("c1", 1), ("c2", 1)], "in the batch's order");
-    assert_eq!(w.shards.state(&first.coupon_id, 0).unwrap().stock, 10);
-    assert_eq!(w.shards.state(&second.coupon_id, 0).unwrap().stock, 6);
+    )
 }
 
 /// The durable facts, but a pass over `held` waits at its first read
 /// until a pass over another coupon has begun (and gives up, failing the
-/// pass, after many tries).
+/// pass, after many tries), and every read of `failing`'s definition fails.
 struct HeldUntilAnother {
     inner: Arc<MemoryFacts>,
     held: CouponId,
     begun: std::sync::atomic::AtomicBool,
+    failing: Option<CouponId>,
 }
 
 #[async_trait::async_trait]
@@ -378,6 +417,10 @@ impl DurableFacts for HeldUntilAnother {
     }
     async fn stored(&self, c: &CouponId) -> Result<Option<crate::coupon::StoredCoupon>, StoreError> {
         use std::sync::atomic::Ordering;
+        if self.failing.as_ref() == Some(c) {
+            self.begun.store(true, Ordering::SeqCst);
+            return Err(StoreError::Conflict("the store failed this read".into()));
+        }
         if *c != self.held {
             self.begun.store(true, Ordering::SeqCst);
         } else {
