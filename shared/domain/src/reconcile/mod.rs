@@ -324,13 +324,21 @@ impl Reconciler {
         let passes: Vec<_> = coupons
             .iter()
             .filter(|c| seen.insert(*c))
-            .map(|coupon| self.repair_one(coupon, now))
+            .enumerate()
+            .map(|(n, coupon)| async move { (n, self.repair_one(coupon, now).await) })
             .collect();
+        // Unordered, so a slow rebuild holds only its own slot (an ordered
+        // buffer keeps the finished ones behind it counted until it ends,
+        // and the batch's later coupons wait for it); sorted back after.
         // Every pass runs to its end, then an error in any fails the batch:
         // one pass's error does not cut the others short.
-        let results: Vec<Result<Option<CouponReport>, StoreError>> =
-            stream::iter(passes).buffered(REPAIR_AT_ONCE).collect().await;
-        let repaired = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let mut results: Vec<(usize, Result<Option<CouponReport>, StoreError>)> =
+            stream::iter(passes).buffer_unordered(REPAIR_AT_ONCE).collect().await;
+        results.sort_by_key(|(n, _)| *n);
+        let repaired = results
+            .into_iter()
+            .map(|(_, result)| result)
+            .collect::<Result<Vec<_>, _>>()?;
         let report = ReconcileReport {
             started_at_ms: now,
             coupons: repaired.into_iter().flatten().collect(),

@@ -323,6 +323,7 @@ async fn a_repair_batch_repairs_its_coupons_side_by_side_not_one_after_another()
     let facts = Arc::new(HeldUntilAnother {
         inner: w.facts.clone(),
         held: first.coupon_id.clone(),
+        releaser: None,
         begun: std::sync::atomic::AtomicBool::new(false),
         failing: None,
     });
@@ -341,6 +342,38 @@ async fn a_repair_batch_repairs_its_coupons_side_by_side_not_one_after_another()
     assert_eq!(rebuilt, [("c1", 1), ("c2", 1)], "in the batch's order");
     assert_eq!(w.shards.state(&first.coupon_id, 0).unwrap().stock, 10);
     assert_eq!(w.shards.state(&second.coupon_id, 0).unwrap().stock, 6);
+}
+
+/// A slow rebuild in a batch holds up only its own slot: the batch's
+/// fifth coupon starts while its first is still being rebuilt. (The first
+/// waits until the fifth's pass has begun; with the finished passes kept
+/// behind the first as slots, the fifth would never begin.)
+#[tokio::test]
+async fn a_slow_rebuild_in_a_repair_batch_does_not_hold_up_the_coupons_after_it() {
+    let w = world();
+    let defs: Vec<CouponDefinition> = (1..=6)
+        .map(|n| CouponDefinition {
+            coupon_id: CouponId::parse(&format!("c{n}")).unwrap(),
+            ..coupon(n, 1)
+        })
+        .collect();
+    w.facts.definitions.lock().unwrap().extend(defs.iter().cloned());
+    let facts = Arc::new(HeldUntilAnother {
+        inner: w.facts.clone(),
+        held: defs[0].coupon_id.clone(),
+        releaser: Some(defs[4].coupon_id.clone()),
+        begun: std::sync::atomic::AtomicBool::new(false),
+        failing: None,
+    });
+
+    let ids: Vec<CouponId> = defs.iter().map(|d| d.coupon_id.clone()).collect();
+    let report = over(&w, facts).repair(&ids).await.expect("every coupon repaired");
+
+    let order: Vec<&str> = report.coupons.iter().map(|c| c.coupon_id.as_str()).collect();
+    assert_eq!(order, ["c1", "c2", "c3", "c4", "c5", "c6"], "in the batch's order");
+    for def in &defs {
+        assert_eq!(w.shards.state(&def.coupon_id, 0).unwrap().stock, def.total_stock as i64);
+    }
 }
 
 /// One coupon's pass failing (its store read fails) fails the batch, so
@@ -362,6 +395,7 @@ async fn a_pass_that_fails_in_a_repair_batch_does_not_cut_the_others_short() {
     let facts = Arc::new(HeldUntilAnother {
         inner: w.facts.clone(),
         held: other.coupon_id.clone(),
+        releaser: None,
         begun: std::sync::atomic::AtomicBool::new(false),
         failing: Some(failing.coupon_id.clone()),
     });
@@ -401,11 +435,13 @@ fn over(w: &World, facts: Arc<HeldUntilAnother>) -> Reconciler {
 }
 
 /// The durable facts, but a pass over `held` waits at its first read
-/// until a pass over another coupon has begun (and gives up, failing the
+/// until a pass over another coupon (`releaser`) has begun (and gives up, failing the
 /// pass, after many tries), and every read of `failing`'s definition fails.
 struct HeldUntilAnother {
     inner: Arc<MemoryFacts>,
     held: CouponId,
+    /// The coupon whose pass releases `held`'s (any other when `None`).
+    releaser: Option<CouponId>,
     begun: std::sync::atomic::AtomicBool,
     failing: Option<CouponId>,
 }
@@ -421,9 +457,7 @@ impl DurableFacts for HeldUntilAnother {
             self.begun.store(true, Ordering::SeqCst);
             return Err(StoreError::Conflict("the store failed this read".into()));
         }
-        if *c != self.held {
-            self.begun.store(true, Ordering::SeqCst);
-        } else {
+        if *c == self.held {
             let mut tries = 0;
             while !self.begun.load(Ordering::SeqCst) {
                 tries += 1;
@@ -432,6 +466,8 @@ impl DurableFacts for HeldUntilAnother {
                 }
                 tokio::task::yield_now().await;
             }
+        } else if self.releaser.as_ref().is_none_or(|r| r == c) {
+            self.begun.store(true, Ordering::SeqCst);
         }
         self.inner.stored(c).await
     }
