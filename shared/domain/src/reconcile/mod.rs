@@ -49,8 +49,14 @@
 //!
 //! Every step is idempotent or guarded, so two runs at once, or a run that
 //! dies half way, leave nothing wrong: re-drives are absorbed by the
-//! issuer's conditional writes, a trim only removes confirmed entries, and a
-//! restore never overwrites a shard that has state.
+//! issuer's conditional writes, a trim only removes confirmed entries, a
+//! restore never overwrites a shard that has state, and the sold-out stamps
+//! a rebuild or a restart's check must void are voided before it repairs
+//! (a run that dies after the repair would leave them: the next finds every
+//! shard current). One exception is open: an operator's change that the
+//! pass applies to a shard it never reached (`repair.rs`) is followed by
+//! its bumps, and a run dying between the two leaves the stamps until the
+//! next stock change.
 //!
 //! # Layout
 //!

@@ -127,6 +127,16 @@ impl Reconciler {
         if !self.enter(def, gate, r).await? {
             return Ok(());
         }
+        // Every shard's sold-out stamp is voided before the lost shards get
+        // their units back, as well as after (`settle_rebuild`): a pass
+        // that dies between the restore and those bumps would otherwise
+        // leave the other shards answering SOLD_OUT beside a shard with
+        // stock, for good (the next pass finds every shard there). No stamp
+        // can be made meanwhile: a borrow that meets a lost shard ends
+        // without one.
+        for shard in 0..def.shards {
+            self.ports.repair.bump_epoch(&def.coupon_id, shard).await?;
+        }
         let restored = self
             .restore_lost(&latest, missing, restorable, &holdings, (&pending, &records), r, now)
             .await?;

@@ -101,7 +101,19 @@ impl Reconciler {
                 *top = (*top).max(grant.grant_id.seq());
             }
         }
-        let mut confirmed = 0;
+        // Every shard's sold-out stamp is voided before the checks, not
+        // after: a shard confirmed may hold units the other shards saw it
+        // without (sold after the snapshot, under grants never sent), and
+        // their stamps would refuse presses a borrow from it could serve.
+        // After the checks, a pass that dies between a confirmation and the
+        // bumps would leave those stamps for good (the next pass finds the
+        // shard current and bumps nothing); before, a pass that dies leaves
+        // the shard suspect and the next pass does it all again. No stamp
+        // can be made meanwhile: a borrow passes a suspect shard only on an
+        // answer that is not EMPTY, and ends without a stamp.
+        for shard in 0..def.shards {
+            self.ports.repair.bump_epoch(coupon, shard).await?;
+        }
         for (shard, _) in suspects {
             // With every unit issued, stock left on a restarted shard can
             // only be a rollback's (and a mark may still rise under a grant
@@ -137,17 +149,8 @@ impl Reconciler {
                     r.causes.push(format!(
                         "shard {shard} restarted; it holds every grant DynamoDB has (up to {mark}), so it sells again"
                     ));
-                    confirmed += 1;
                 }
                 _ => {}
-            }
-        }
-        if confirmed > 0 {
-            // Its state may hold units the other shards saw it without (sold
-            // after the snapshot, under grants never sent): their sold-out
-            // stamps would refuse presses a borrow from it could serve.
-            for shard in 0..def.shards {
-                self.ports.repair.bump_epoch(coupon, shard).await?;
             }
         }
         Ok(())

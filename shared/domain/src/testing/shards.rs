@@ -67,6 +67,12 @@ pub struct MemoryShards {
     /// The next rebuild's write dies (the reconciler crashed, or Redis
     /// went away), once.
     pub restore_dies: Mutex<bool>,
+    /// Once set, the pass dies right after its next repair (a restarted
+    /// shard confirmed, or a lost one restored): every epoch bump after it
+    /// fails, as if the function had timed out there.
+    pub dies_after_repair: Mutex<bool>,
+    /// Set by the repair `dies_after_repair` waits for.
+    repaired: Mutex<bool>,
 }
 
 impl MemoryShards {
@@ -195,6 +201,7 @@ impl StockRepair for MemoryShards {
                 ..ShardState::default()
             },
         );
+        *self.repaired.lock().unwrap() = true;
         Ok(true)
     }
     async fn drop_if_behind(&self, coupon: &CouponId, shard: u32, high_water: u64) -> Result<bool, StoreError> {
@@ -239,11 +246,15 @@ impl StockRepair for MemoryShards {
             }
             Some(_) => {
                 s.restarted = None;
+                *self.repaired.lock().unwrap() = true;
                 Verification::Confirmed
             }
         })
     }
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError> {
+        if *self.dies_after_repair.lock().unwrap() && *self.repaired.lock().unwrap() {
+            return Err(StoreError::Conflict("the pass died after its repair".into()));
+        }
         if let Some(s) = self.shards.lock().unwrap().get_mut(&(coupon.clone(), shard)) {
             s.epochs += 1;
         }

@@ -22,8 +22,8 @@ async fn a_lost_shard_is_rebuilt_with_only_what_nothing_accounts_for() {
     assert_eq!((r.shards_rebuilt, r.restored, r.drift), (1, 4, 0));
     assert_eq!(
         w.shards.state(&def.coupon_id, 0).unwrap().epochs,
-        1,
-        "every shard's sold-out stamp is void"
+        2,
+        "every shard's sold-out stamp is void: bumped before the restore and after"
     );
     assert_eq!(*w.facts.rebuilds.lock().unwrap(), vec![(def.coupon_id.clone(), 4)]);
     let holders: u32 = rebuilt.users.iter().map(|(_, n)| n).sum();
@@ -414,4 +414,26 @@ async fn a_rebuild_restores_no_claim_and_no_answer_from_a_rejected_grant() {
     assert!(rebuilt.outcomes.is_empty(), "no request replays the rejected grant");
     assert!(rebuilt.outbox.is_empty(), "nothing of it is on its way");
     assert_eq!((r.shards_rebuilt, r.pending), (1, 0));
+}
+
+/// A pass that dies right after restoring a lost shard (the function timed
+/// out there) leaves no other shard answering SOLD_OUT from a stamp of
+/// before the loss: every stamp was voided before the restore, since the
+/// next pass finds every shard there and bumps nothing.
+#[tokio::test]
+async fn a_pass_that_dies_right_after_a_rebuild_leaves_no_stale_sold_out_stamp() {
+    let w = world();
+    let def = coupon(10, 2);
+    w.shards.put(&def.coupon_id, 0, 0);
+    *w.shards.dies_after_repair.lock().unwrap() = true;
+
+    let died = w.reconciler.coupon(&def, NOW).await;
+
+    assert!(died.is_err(), "the pass died after its restore");
+    assert_eq!(w.shards.state(&def.coupon_id, 1).expect("restored").stock, 10);
+    assert_eq!(
+        w.shards.state(&def.coupon_id, 0).unwrap().epochs,
+        1,
+        "shard 0's stamp of before the loss is void"
+    );
 }

@@ -189,6 +189,36 @@ async fn a_restarted_shard_confirmed_with_stock_voids_every_sold_out_stamp() {
     }
 }
 
+/// A pass that dies right after confirming a restarted shard (the function
+/// timed out there) leaves no other shard answering SOLD_OUT beside the
+/// confirmed shard's units: every stamp was voided before the check, since
+/// the next pass finds the shard current and bumps nothing.
+#[tokio::test]
+async fn a_pass_that_dies_right_after_confirming_a_restarted_shard_leaves_no_stale_sold_out_stamp() {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(10, 2);
+    w.shards.put(&def.coupon_id, 0, 4);
+    w.shards.put(&def.coupon_id, 1, 0);
+    restarted(&w, &def, 0, 3);
+    issued_on_shard_0(&w, &def, 3);
+    w.reconciler.coupon(&def, NOW).await.unwrap();
+    *w.shards.dies_after_repair.lock().unwrap() = true;
+
+    let _ = w.reconciler.coupon(&def, NOW + SEND_WINDOW).await;
+    *w.shards.dies_after_repair.lock().unwrap() = false;
+    let r = w.reconciler.coupon(&def, NOW + 2 * SEND_WINDOW).await.unwrap();
+
+    assert!(
+        w.shards.state(&def.coupon_id, 0).unwrap().restarted.is_none(),
+        "confirmed"
+    );
+    assert_eq!(r.shards_waiting, 0, "{r:?}");
+    assert!(
+        w.shards.state(&def.coupon_id, 1).unwrap().epochs >= 1,
+        "shard 1's stamp of before the restart is void"
+    );
+}
+
 /// A shard rebuilt once starts its sequence at the time then; a hot sale
 /// can then mint more grants than milliseconds pass, so when it is lost
 /// again its durable mark may be ahead of the clock. Starting at "now"
