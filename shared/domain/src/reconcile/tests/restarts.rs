@@ -168,15 +168,9 @@ async fn a_restarted_donor_behind_a_take_its_home_settled_is_dropped_not_confirm
 /// stamps would refuse presses a borrow from it could serve.
 #[tokio::test]
 async fn a_restarted_shard_confirmed_with_stock_voids_every_sold_out_stamp() {
-    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
-    let def = coupon(10, 2);
-    w.shards.put(&def.coupon_id, 0, 4);
-    w.shards.put(&def.coupon_id, 1, 0);
-    restarted(&w, &def, 0, 3);
-    issued_on_shard_0(&w, &def, 3);
-
-    w.reconciler.coupon(&def, NOW).await.unwrap();
+    let (w, def) = a_stocked_shard_restarted_beside_an_empty_one().await;
     assert_eq!(w.shards.state(&def.coupon_id, 1).unwrap().epochs, 0, "not judged yet");
+
     let r = w.reconciler.coupon(&def, NOW + SEND_WINDOW).await.unwrap();
 
     assert!(r.causes.iter().any(|c| c.contains("sells again")), "{:?}", r.causes);
@@ -195,13 +189,7 @@ async fn a_restarted_shard_confirmed_with_stock_voids_every_sold_out_stamp() {
 /// the next pass finds the shard current and bumps nothing.
 #[tokio::test]
 async fn a_pass_that_dies_right_after_confirming_a_restarted_shard_leaves_no_stale_sold_out_stamp() {
-    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
-    let def = coupon(10, 2);
-    w.shards.put(&def.coupon_id, 0, 4);
-    w.shards.put(&def.coupon_id, 1, 0);
-    restarted(&w, &def, 0, 3);
-    issued_on_shard_0(&w, &def, 3);
-    w.reconciler.coupon(&def, NOW).await.unwrap();
+    let (w, def) = a_stocked_shard_restarted_beside_an_empty_one().await;
     *w.shards.dies_after_repair.lock().unwrap() = true;
 
     let _ = w.reconciler.coupon(&def, NOW + SEND_WINDOW).await;
@@ -217,6 +205,20 @@ async fn a_pass_that_dies_right_after_confirming_a_restarted_shard_leaves_no_sta
         w.shards.state(&def.coupon_id, 1).unwrap().epochs >= 1,
         "shard 1's stamp of before the restart is void"
     );
+}
+
+/// Shard 0 restarted with 4 units (3 issued from it, which it holds),
+/// shard 1 empty (its users' borrows found no unit and stamped it sold
+/// out); a first pass has found the restart and waits out the window.
+async fn a_stocked_shard_restarted_beside_an_empty_one() -> (World, CouponDefinition) {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(10, 2);
+    w.shards.put(&def.coupon_id, 0, 4);
+    w.shards.put(&def.coupon_id, 1, 0);
+    restarted(&w, &def, 0, 3);
+    issued_on_shard_0(&w, &def, 3);
+    w.reconciler.coupon(&def, NOW).await.unwrap();
+    (w, def)
 }
 
 /// A shard rebuilt once starts its sequence at the time then; a hot sale
