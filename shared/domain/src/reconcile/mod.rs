@@ -16,7 +16,7 @@
 //!    restarted since it
 //!    was stamped (it sells nothing until then) is checked then: behind
 //!    its mark or a claimed grant, or out of stock, it is dropped;
-//!    otherwise stamped again, and every epoch bumped.
+//!    otherwise stamped again; every epoch is bumped before the check.
 //! 1. Surviving stock, each shard with its definition version; a shard
 //!    without state while DynamoDB knows the coupon means Redis lost it.
 //!    Shards still on an older version get the stored definition (an
@@ -53,10 +53,10 @@
 //! restore never overwrites a shard that has state, and the sold-out stamps
 //! a rebuild or a restart's check must void are voided before it repairs
 //! (a run that dies after the repair would leave them: the next finds every
-//! shard current). One exception is open: an operator's change that the
-//! pass applies to a shard it never reached (`repair.rs`) is followed by
+//! shard current). Open: an operator's change that the pass applies to a
+//! shard (`repair.rs`, and the rebuild's `settle_rebuild`) is followed by
 //! its bumps, and a run dying between the two leaves the stamps until the
-//! next stock change.
+//! next stock change (docs/protocol.md lists these cases).
 //!
 //! # Layout
 //!

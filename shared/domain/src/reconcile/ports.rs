@@ -218,7 +218,9 @@ pub trait StockRepair: Send + Sync {
         now_ms: i64,
         bound: Option<DurableBound>,
     ) -> Result<Verification, StoreError>;
-    /// Invalidates every shard's "sold out" stamp after stock was added.
+    /// Invalidates the shard's "sold out" stamp: after stock was added, or
+    /// before a repair that may bring stock back (a rebuild, a restart's
+    /// check).
     async fn bump_epoch(&self, coupon: &CouponId, shard: u32) -> Result<(), StoreError>;
     /// Borrows reserved before `before_ms` and never settled.
     async fn stale_borrows(
