@@ -310,24 +310,8 @@ async fn a_repair_request_rebuilds_the_named_coupon_or_says_it_waits() {
 #[tokio::test]
 async fn a_repair_batch_repairs_its_coupons_side_by_side_not_one_after_another() {
     let w = world();
-    let first = coupon(10, 1);
-    let second = CouponDefinition {
-        coupon_id: CouponId::parse("c2").unwrap(),
-        ..coupon(6, 1)
-    };
-    w.facts
-        .definitions
-        .lock()
-        .unwrap()
-        .extend([first.clone(), second.clone()]);
-    let facts = Arc::new(HeldUntilAnother {
-        inner: w.facts.clone(),
-        held: first.coupon_id.clone(),
-        releaser: None,
-        begun: std::sync::atomic::AtomicBool::new(false),
-        failing: None,
-    });
-    let reconciler = over(&w, facts);
+    let [first, second] = batch(&w, [10, 6]);
+    let reconciler = over(&w, held_until(&w, &first, None, None));
 
     let report = reconciler
         .repair(&[first.coupon_id.clone(), second.coupon_id.clone()])
@@ -351,20 +335,8 @@ async fn a_repair_batch_repairs_its_coupons_side_by_side_not_one_after_another()
 #[tokio::test]
 async fn a_slow_rebuild_in_a_repair_batch_does_not_hold_up_the_coupons_after_it() {
     let w = world();
-    let defs: Vec<CouponDefinition> = (1..=6)
-        .map(|n| CouponDefinition {
-            coupon_id: CouponId::parse(&format!("c{n}")).unwrap(),
-            ..coupon(n, 1)
-        })
-        .collect();
-    w.facts.definitions.lock().unwrap().extend(defs.iter().cloned());
-    let facts = Arc::new(HeldUntilAnother {
-        inner: w.facts.clone(),
-        held: defs[0].coupon_id.clone(),
-        releaser: Some(defs[4].coupon_id.clone()),
-        begun: std::sync::atomic::AtomicBool::new(false),
-        failing: None,
-    });
+    let defs = batch(&w, [1, 2, 3, 4, 5, 6]);
+    let facts = held_until(&w, &defs[0], Some(&defs[4]), None);
 
     let ids: Vec<CouponId> = defs.iter().map(|d| d.coupon_id.clone()).collect();
     let report = over(&w, facts).repair(&ids).await.expect("every coupon repaired");
@@ -382,23 +354,8 @@ async fn a_slow_rebuild_in_a_repair_batch_does_not_hold_up_the_coupons_after_it(
 #[tokio::test]
 async fn a_pass_that_fails_in_a_repair_batch_does_not_cut_the_others_short() {
     let w = world();
-    let failing = coupon(10, 1);
-    let other = CouponDefinition {
-        coupon_id: CouponId::parse("c2").unwrap(),
-        ..coupon(6, 1)
-    };
-    w.facts
-        .definitions
-        .lock()
-        .unwrap()
-        .extend([failing.clone(), other.clone()]);
-    let facts = Arc::new(HeldUntilAnother {
-        inner: w.facts.clone(),
-        held: other.coupon_id.clone(),
-        releaser: None,
-        begun: std::sync::atomic::AtomicBool::new(false),
-        failing: Some(failing.coupon_id.clone()),
-    });
+    let [failing, other] = batch(&w, [10, 6]);
+    let facts = held_until(&w, &other, None, Some(&failing));
 
     let result = over(&w, facts)
         .repair(&[failing.coupon_id.clone(), other.coupon_id.clone()])
@@ -407,6 +364,34 @@ async fn a_pass_that_fails_in_a_repair_batch_does_not_cut_the_others_short() {
     assert!(result.is_err(), "the batch fails, to be tried again");
     assert!(w.shards.state(&failing.coupon_id, 0).is_none());
     assert_eq!(w.shards.state(&other.coupon_id, 0).unwrap().stock, 6, "repaired anyway");
+}
+
+/// Coupons `c1`, `c2`, ... of one shard each, with these stocks, defined
+/// in the world's durable store.
+fn batch<const N: usize>(w: &World, stocks: [u64; N]) -> [CouponDefinition; N] {
+    let defs = std::array::from_fn(|i| CouponDefinition {
+        coupon_id: CouponId::parse(&format!("c{}", i + 1)).unwrap(),
+        ..coupon(stocks[i], 1)
+    });
+    w.facts.definitions.lock().unwrap().extend(defs.iter().cloned());
+    defs
+}
+
+/// The world's durable facts, `held`'s pass waiting until `releaser`'s
+/// (any other's when `None`) has begun, every read of `failing` failing.
+fn held_until(
+    w: &World,
+    held: &CouponDefinition,
+    releaser: Option<&CouponDefinition>,
+    failing: Option<&CouponDefinition>,
+) -> Arc<HeldUntilAnother> {
+    Arc::new(HeldUntilAnother {
+        inner: w.facts.clone(),
+        held: held.coupon_id.clone(),
+        releaser: releaser.map(|d| d.coupon_id.clone()),
+        begun: std::sync::atomic::AtomicBool::new(false),
+        failing: failing.map(|d| d.coupon_id.clone()),
+    })
 }
 
 /// The world's reconciler, its durable facts read through `facts`.
