@@ -18,6 +18,9 @@ applies only when all hold, keeping a copy of just the items it touches in
 case applying fails: the same all-or-nothing result, at the cost of the
 transaction's own items.
 
+And it keeps a Query's cost to the partition it reads (see `query` below):
+moto lists and sorts the whole table for each one.
+
 Usage: moto_server.py [-H HOST] [-p PORT]
 """
 import argparse
@@ -33,6 +36,7 @@ from moto.dynamodb.exceptions import (
     TransactWriteSingleOpException,
 )
 from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models.table import Table
 
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
@@ -132,6 +136,49 @@ def transact_write_items(self, transact_items):
 
 
 DynamoDBBackend.transact_write_items = transact_write_items
+
+
+# A Query in moto walks every item of the table, in key order: `all_items`
+# lists and sorts the whole table on every call, so a long run (the
+# integration tests on a second engine, the fault suite's later scenarios)
+# pays for every item written before it, and calls that take milliseconds
+# on a fresh endpoint take seconds. DynamoDB reads only the partition (or
+# the index's partition). During a Query, `all_items` here hands moto's
+# own filter just the items it can match: the partition's, for a query on
+# the table (moto keeps items by partition key), or every item unsorted,
+# for a query on an index (moto sorts what matches afterwards). The
+# results are moto's; only the work it discards is skipped.
+_moto_query = Table.query
+_moto_all_items = Table.all_items
+
+
+def query(self, hash_key, *args, **kwargs):
+    index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
+    # Runs under the launcher's DynamoDB lock: one request at a time.
+    self._query_scope = ("index", None) if index_name else ("partition", hash_key)
+    try:
+        return _moto_query(self, hash_key, *args, **kwargs)
+    finally:
+        self._query_scope = None
+
+
+def all_items(self):
+    scope = getattr(self, "_query_scope", None)
+    if scope is None:
+        return _moto_all_items(self)
+    kind, key = scope
+    if kind == "partition":
+        if key not in self.items:
+            return []
+        part = self.items[key]
+        return list(part.values()) if self.range_key_attr else [part]
+    if self.range_key_attr:
+        return [item for part in self.items.values() for item in part.values()]
+    return list(self.items.values())
+
+
+Table.query = query
+Table.all_items = all_items
 
 
 def main():
