@@ -9,7 +9,7 @@
 -- so is one whose server restarted since it was stamped (lib.lua,
 -- verified()): verify.lua judges it, once the send window is over.
 --
--- KEYS[1] T:meta  KEYS[2] T:users  KEYS[3] T:outbox  KEYS[4] T:taken
+-- KEYS[1] T:meta  KEYS[2] T:users  KEYS[3] T:outbox (kept)  KEYS[4] T:taken
 -- KEYS[5] T:borrowing (one hash tag T)
 -- ARGV[1] the shard's durable high-water mark
 -- Returns 1 if the shard was dropped, 0 if not.
@@ -20,5 +20,7 @@ end
 if tonumber(seq) >= tonumber(ARGV[1]) or not verified(KEYS[1]) then
   return 0
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+-- The outbox stays (verify.lua says why): its grants were minted, and the
+-- requests' records that name them survive the drop.
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5])
 return 1

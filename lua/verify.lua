@@ -18,7 +18,7 @@
 -- since before this pass can be promoted without a check (lib.lua).
 -- Atomic, so a shard verified, rebuilt or restarted again meanwhile is
 -- judged as it is now.
--- KEYS: 1 meta, 2 users, 3 outbox, 4 taken, 5 borrowing
+-- KEYS: 1 meta, 2 users, 3 outbox (kept by a drop), 4 taken, 5 borrowing
 -- ARGV: 1 now (ms), 2 the durable high-water mark, or '' to only look,
 --       3 (with a mark) the durable definition's version
 -- Returns {'MISSING'} | {'CURRENT'} | {'SUSPECT', sinceMs}
@@ -59,10 +59,13 @@ local from = math.min(to, math.max(tonumber(m[6]), tonumber(m[8] or '0') - SKEW_
 -- An open borrow in the state may have finished after the snapshot (its
 -- donor minted, its record became a win) without moving this sequence:
 -- dropped too, so the rebuild restores the claim from DynamoDB.
+-- The outbox stays: every grant it lists was minted, and its request's
+-- record (kept too) can still be replayed and sent; the pass counts them on
+-- their way and the rebuild keeps their units, users and entries.
 if tonumber(m[1]) < tonumber(ARGV[2]) or (tonumber(m[9]) or 0) < (tonumber(ARGV[3]) or 0)
   or ran_dry(tonumber(m[3]), m[4], m[5], from, to)
   or redis.call('ZCARD', KEYS[5]) > 0 then
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5])
   return {'DROPPED'}
 end
 stamp_verified(meta, id)

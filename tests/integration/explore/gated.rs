@@ -122,6 +122,9 @@ impl Gate {
         let text = format!("{out:?}");
         let method = label.split('(').next().unwrap_or(&label).to_owned();
         let short: String = text.chars().take(160).collect();
+        // The branch the call took is reached whether or not its caller
+        // still waits for the answer.
+        self.sched.reached(&format!("{method}:{}", variant(&text)));
         if waited > timeout_ms {
             self.sched.reached(&format!("{method}:late"));
             self.sched.tell(format!(
@@ -130,7 +133,6 @@ impl Gate {
             ));
             return T::late(waited);
         }
-        self.sched.reached(&format!("{method}:{}", variant(&text)));
         self.sched.tell(format!("{}: {label} -> {short}", self.who));
         out
     }

@@ -92,10 +92,10 @@ fn group_and_body(m: &aws_sdk_sqs::types::Message) -> (String, String) {
 }
 
 /// A fault of the shards' nodes or of SQS's delivery, before a step; its
-/// name (`nodes.rs` says what each models).
-pub(super) async fn node_fault(world: &World, rng: &mut Rng) -> String {
+/// name (`nodes.rs` says what each models) and the shard whose node it hit.
+pub(super) async fn node_fault(world: &World, rng: &mut Rng) -> (String, u32) {
     let shard = rng.below(world.def.shards as u64) as u32;
-    match rng.below(5) {
+    let name = match rng.below(5) {
         0 | 1 => {
             let n = world.nodes.save(shard).await;
             world
@@ -153,7 +153,8 @@ pub(super) async fn node_fault(world: &World, rng: &mut Rng) -> String {
             }
             "message_duplicated".into()
         }
-    }
+    };
+    (name, shard)
 }
 
 /// Every fault heals: the clients finish their presses (the same request

@@ -121,11 +121,23 @@ async fn fixed_seeds_keep_every_promise_after_healing() {
 ///   DEVICE_CLAIM_LIMIT with one win on the phone, for the rest of the day
 ///   (a loss no replica holds now answers BUSY, and the retry gives the
 ///   places back or decides afresh).
+/// - 1025 (one shard, one unit, node faults, stalled instances; found on
+///   Redis 7.0 by a five-minute search on 2026-12-07): u3 wins the unit,
+///   but the replica's acknowledgement lands after its caller gave up, so
+///   no claim is written; a snapshot holds the win; the node restarts from
+///   it; the restart check finds the shard dry since its stamp and drops
+///   it, its outbox with it, but not u3's request record, which a drop
+///   cannot find. The rebuild, knowing nothing of the grant, sold the unit
+///   again to u4, and u3's retry replayed its win and was told SUCCESS:
+///   the grant was REJECTED (a drop now keeps the outbox, and the pass and
+///   the rebuild count its grants on their way).
 ///
 /// Since a restart starts the repair request's follow (an actor of its
 /// own), 101 and 192 take another path after their restart (steps 62 and
-/// 81), which comes after what each found.
-const FINDINGS: &[u64] = &[15, 1, 24, 101, 145, 192, 1002, 1232];
+/// 81), which comes after what each found; since instances stall (a
+/// stream of their own) and the calls on a restarting node wait it out,
+/// the seeds with node faults or stalls do too.
+const FINDINGS: &[u64] = &[15, 1, 24, 101, 145, 192, 1002, 1232, 1025];
 
 #[tokio::test]
 async fn seeds_that_once_broke_the_promise_keep_it_after_healing() {

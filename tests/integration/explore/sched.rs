@@ -61,6 +61,8 @@ struct Parked {
 struct State {
     live: BTreeSet<ActorId>,
     parked: BTreeMap<ActorId, Parked>,
+    /// Actors stalled for the next so many picks (see [`Scheduler::stall`]).
+    stalled: BTreeMap<ActorId, u32>,
     story: Vec<String>,
     reached: BTreeMap<String, u64>,
 }
@@ -103,6 +105,7 @@ impl Scheduler {
         let mut s = self.state.lock().unwrap();
         s.live.remove(&actor);
         s.parked.remove(&actor);
+        s.stalled.remove(&actor);
         drop(s);
         self.changed.notify_one();
     }
@@ -133,8 +136,22 @@ impl Scheduler {
                     return None;
                 }
                 if s.parked.len() == s.live.len() {
-                    let index = rng.below(s.parked.len() as u64) as usize;
-                    let actor = *s.parked.keys().nth(index).expect("a parked actor");
+                    // A stalled actor waits while another can go.
+                    let mut ready: Vec<ActorId> = s
+                        .parked
+                        .keys()
+                        .filter(|a| !s.stalled.contains_key(a))
+                        .copied()
+                        .collect();
+                    if ready.is_empty() {
+                        ready = s.parked.keys().copied().collect();
+                    }
+                    let index = rng.below(ready.len() as u64) as usize;
+                    let actor = ready[index];
+                    s.stalled.retain(|_, picks| {
+                        *picks -= 1;
+                        *picks > 0
+                    });
                     let parked = s.parked.remove(&actor).expect("parked");
                     return Some(Chosen {
                         actor,
@@ -145,6 +162,40 @@ impl Scheduler {
             }
             notified.await;
         }
+    }
+
+    /// The chosen step does not go now: its instance stalls (a long pause,
+    /// a slow network) and the step waits at its gate while `picks` other
+    /// steps go (fewer when nothing else is ready).
+    pub fn stall(&self, chosen: Chosen, picks: u32) {
+        let mut s = self.state.lock().unwrap();
+        s.parked.insert(
+            chosen.actor,
+            Parked {
+                label: chosen.label,
+                go: chosen.go,
+            },
+        );
+        s.stalled.insert(chosen.actor, picks);
+        drop(s);
+        self.changed.notify_one();
+    }
+
+    /// The actors parked at a gate whose label `at` matches stall for the
+    /// next `picks` picks (their calls wait on a node that is down); the
+    /// labels of their steps.
+    pub fn stall_parked(&self, at: impl Fn(&str) -> bool, picks: u32) -> Vec<String> {
+        let mut s = self.state.lock().unwrap();
+        let waiting: Vec<(ActorId, String)> = s
+            .parked
+            .iter()
+            .filter(|(_, p)| at(&p.label))
+            .map(|(a, p)| (*a, p.label.clone()))
+            .collect();
+        for (actor, _) in &waiting {
+            s.stalled.insert(*actor, picks);
+        }
+        waiting.into_iter().map(|(_, label)| label).collect()
     }
 
     /// One line of the schedule's story.

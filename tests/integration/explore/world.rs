@@ -641,13 +641,29 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
         sched.tell("the shards' nodes may fail over or restart from a snapshot; SQS may deliver twice".into());
     }
 
+    // Stalled instances come from a stream of their own, in half the seeds.
+    let mut stall_rng = Rng::new(seed.rotate_left(29) ^ 0x57A1_1ED5);
+    let stalls = stall_rng.chance(50);
+    if stalls {
+        sched.tell("an instance may stall mid-operation while the others go on".into());
+    }
+
     // The schedule: a step at a time, a fault now and then between two.
     let mut repairing = false;
     while let Some(chosen) = sched.pick(&mut rng).await {
         outcome.steps += 1;
         world.h.clock.advance(rng.between(0, 40));
         if node_faults && node_rng.chance(shape.fault_percent) {
-            let fault = node_fault(&world, &mut node_rng).await;
+            let (fault, shard) = node_fault(&world, &mut node_rng).await;
+            if fault == "restart_from_snapshot" {
+                // The calls waiting on the restarting node wait out its
+                // restart: the rest of the world goes on meanwhile.
+                let picks = stall_length(&mut node_rng);
+                let on_node = format!("shard {shard}");
+                for label in world.sched.stall_parked(|l| l.contains(&on_node), picks) {
+                    sched.tell(format!("`{label}` waits on the restarting node for {picks} steps"));
+                }
+            }
             if fault == "restart_from_snapshot" && !repairing {
                 // The presses on the restarted shard ask for a repair; its
                 // invocation follows the coupon through the send window.
@@ -658,6 +674,18 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
                 world.tasks.lock().unwrap().insert(actor, (Role::Repair, task));
             }
             *outcome.faults.entry(fault).or_default() += 1;
+        }
+        if stalls && stall_rng.chance(shape.fault_percent) {
+            // The chosen step's instance stalls (a pause, a slow network):
+            // its call waits at the gate while others go, and lands late.
+            let picks = stall_length(&mut stall_rng);
+            sched.tell(format!(
+                "FAULT: the instance at `{}` stalls for {picks} steps",
+                chosen.label
+            ));
+            *outcome.faults.entry("stall".into()).or_default() += 1;
+            sched.stall(chosen, picks);
+            continue;
         }
         if rng.chance(shape.fault_percent) {
             let fault = fault(&world, &mut rng, chosen.actor).await;
@@ -696,4 +724,15 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
     outcome.story = sched.story();
     outcome.branches = sched.branches();
     outcome
+}
+
+/// How many other steps a stalled call waits for: mostly a few, now and
+/// then long enough for a repair invocation to check or rebuild a shard
+/// meanwhile (it lets the send window pass and reads DynamoDB).
+fn stall_length(rng: &mut Rng) -> u32 {
+    if rng.chance(25) {
+        rng.between(40, 200) as u32
+    } else {
+        rng.between(3, 40) as u32
+    }
 }

@@ -15,8 +15,9 @@ use super::ports::OutboxEntry;
 use super::wait::Gate;
 use super::{figures, CouponReport, Reconciler, Surviving};
 
-/// What step 2 read of the grants not confirmed yet: every present shard's
-/// outbox, and the donors' grants each settled for its users.
+/// What step 2 read of the grants not confirmed yet: every shard's outbox
+/// (a dropped shard keeps its own), and the donors' grants each settled for
+/// its users.
 #[derive(Default)]
 struct Unsent {
     outboxes: Vec<(u32, Vec<OutboxEntry>)>,
@@ -84,8 +85,14 @@ impl Reconciler {
                     .push(format!("lottery draw not finished ({e}); the next pass goes on"));
             }
         }
+        // Every shard's outbox, a missing one's too: a shard dropped for a
+        // rollback or a restart keeps its outbox (verify.lua), whose grants
+        // were minted and whose requests' records survive the drop, so a
+        // retry can still replay and send one: counted on their way, their
+        // units and users stay theirs in the rebuild. (A lost shard's went
+        // with it.)
         let mut unsent = Unsent::default();
-        for &shard in &survey.present {
+        for shard in 0..def.shards {
             unsent
                 .outboxes
                 .push((shard, self.ports.repair.outbox(coupon, shard).await?));

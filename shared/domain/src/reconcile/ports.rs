@@ -162,7 +162,8 @@ pub trait StockRepair: Send + Sync {
     /// A shard's remaining stock with its version, or `None` if its state
     /// is gone.
     async fn shard_stock(&self, coupon: &CouponId, shard: u32) -> Result<Option<ShardStock>, StoreError>;
-    /// Every entry of a shard's outbox, oldest first.
+    /// Every entry of a shard's outbox, oldest first; a dropped shard's
+    /// too (a drop keeps it), empty for a lost one.
     async fn outbox(&self, coupon: &CouponId, shard: u32) -> Result<Vec<OutboxEntry>, StoreError>;
     /// Deletes confirmed entries.
     async fn trim(&self, coupon: &CouponId, shard: u32, seqs: &[u64]) -> Result<(), StoreError>;
@@ -197,9 +198,12 @@ pub trait StockRepair: Send + Sync {
         outbox: &[Grant],
         now_ms: i64,
     ) -> Result<bool, StoreError>;
-    /// Drops a shard's state (stock, counts, outbox, borrows) if its grant
+    /// Drops a shard's state (stock, counts, borrows) if its grant
     /// sequence is below `high_water`: Redis rolled back to before grants
-    /// that were issued, and would sell their units again. Atomic, so a
+    /// that were issued, and would sell their units again. Its outbox
+    /// stays: the grants it lists were minted, and their requests' records,
+    /// which a drop cannot find, may still be replayed and sent; the pass
+    /// counts them on their way and the rebuild keeps them. Atomic, so a
     /// shard rebuilt meanwhile (its sequence restarts far above) is never
     /// dropped; nor is one whose server restarted ([`Self::verify`] judges
     /// it, once the send window is over). True if it was dropped; the rebuild then restores it.
@@ -208,8 +212,8 @@ pub trait StockRepair: Send + Sync {
     /// `bound` `None` only looks (recording when it was first found
     /// suspect); with the shard's durable bound, settles a suspect shard,
     /// atomically: dropped if behind the mark or the definition's version
-    /// (or dry at some instant since its last stamp, `lua/verify.lua`),
-    /// else confirmed. Only call with a mark that every grant sent before
+    /// (or dry at some instant since its last stamp, `lua/verify.lua`;
+    /// its outbox kept, as [`Self::drop_if_behind`] keeps it), else confirmed. Only call with a mark that every grant sent before
     /// the restart has reached.
     async fn verify(
         &self,

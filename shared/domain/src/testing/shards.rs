@@ -73,6 +73,9 @@ pub struct MemoryShards {
     pub dies_after_repair: Mutex<bool>,
     /// Set by the repair `dies_after_repair` waits for.
     repaired: Mutex<bool>,
+    /// The outboxes of shards dropped (for a rollback or a restart), kept
+    /// as the drop scripts keep them, until a rebuild writes the shard.
+    kept: Mutex<HashMap<(CouponId, u32), Vec<OutboxEntry>>>,
 }
 
 impl MemoryShards {
@@ -115,6 +118,14 @@ impl MemoryShards {
     pub fn state(&self, coupon: &CouponId, shard: u32) -> Option<ShardState> {
         self.shards.lock().unwrap().get(&(coupon.clone(), shard)).cloned()
     }
+
+    /// Drops a shard's state but keeps its outbox, as `verify.lua` and
+    /// `drop_if_behind.lua` do.
+    fn drop_keeping_outbox(&self, shards: &mut HashMap<(CouponId, u32), ShardState>, key: &(CouponId, u32)) {
+        if let Some(state) = shards.remove(key) {
+            self.kept.lock().unwrap().insert(key.clone(), state.outbox);
+        }
+    }
 }
 
 #[async_trait]
@@ -137,15 +148,27 @@ impl StockRepair for MemoryShards {
         }))
     }
     async fn outbox(&self, coupon: &CouponId, shard: u32) -> Result<Vec<OutboxEntry>, StoreError> {
-        let entries = self.state(coupon, shard).map(|s| s.outbox).unwrap_or_default();
+        let entries = match self.state(coupon, shard) {
+            Some(s) => s.outbox,
+            None => self
+                .kept
+                .lock()
+                .unwrap()
+                .get(&(coupon.clone(), shard))
+                .cloned()
+                .unwrap_or_default(),
+        };
         if let Some(hook) = self.after_outbox_read.lock().unwrap().take() {
             hook(&mut self.shards.lock().unwrap());
         }
         Ok(entries)
     }
     async fn trim(&self, coupon: &CouponId, shard: u32, seqs: &[u64]) -> Result<(), StoreError> {
-        if let Some(s) = self.shards.lock().unwrap().get_mut(&(coupon.clone(), shard)) {
+        let key = (coupon.clone(), shard);
+        if let Some(s) = self.shards.lock().unwrap().get_mut(&key) {
             s.outbox.retain(|e| !seqs.contains(&e.seq));
+        } else if let Some(kept) = self.kept.lock().unwrap().get_mut(&key) {
+            kept.retain(|e| !seqs.contains(&e.seq));
         }
         Ok(())
     }
@@ -177,6 +200,14 @@ impl StockRepair for MemoryShards {
         if shards.contains_key(&key) {
             return Ok(false);
         }
+        // A dropped shard's kept entries stay, the rebuild's are added after
+        // the last of them (as restore_outbox.lua does).
+        let mut entries = self.kept.lock().unwrap().remove(&key).unwrap_or_default();
+        let last = entries.last().map(|e| e.seq).unwrap_or(0);
+        entries.extend(outbox.iter().filter(|g| g.grant_id.seq() > last).map(|g| OutboxEntry {
+            seq: g.grant_id.seq(),
+            grant: g.clone(),
+        }));
         shards.insert(
             key,
             ShardState {
@@ -188,13 +219,7 @@ impl StockRepair for MemoryShards {
                     .flat_map(|(u, held)| held.iter().filter_map(|h| h.outcome.clone()).map(|o| (u.clone(), o)))
                     .collect(),
                 taken: taken.to_vec(),
-                outbox: outbox
-                    .iter()
-                    .map(|g| OutboxEntry {
-                        seq: g.grant_id.seq(),
-                        grant: g.clone(),
-                    })
-                    .collect(),
+                outbox: entries,
                 version: coupon.version,
                 status: Some(coupon.definition.status),
                 seq: seq_base,
@@ -211,7 +236,7 @@ impl StockRepair for MemoryShards {
             .get(&key)
             .is_some_and(|s| s.seq < high_water && s.restarted.is_none())
         {
-            shards.remove(&key);
+            self.drop_keeping_outbox(&mut shards, &key);
             return Ok(true);
         }
         Ok(false)
@@ -241,7 +266,7 @@ impl StockRepair for MemoryShards {
             // stock (claims may have been filled by borrows, which move no
             // sequence).
             Some(b) if s.seq < b.high_water || s.version < b.version || s.stock <= 0 => {
-                shards.remove(&key);
+                self.drop_keeping_outbox(&mut shards, &key);
                 Verification::Dropped
             }
             Some(_) => {

@@ -110,6 +110,55 @@ async fn a_restarted_shard_is_judged_once_the_send_window_is_over_against_the_gr
     assert!(rebuilt.seq > 3 && rebuilt.restarted.is_none());
 }
 
+/// The explorer's seed 1025: a restarted shard whose snapshot holds a win
+/// (its last unit) that never reached DynamoDB (the caller gave up before
+/// the claim) is dropped, being dry since its stamp. The request's record
+/// survives the drop (a drop cannot find it), so the user's retry replays
+/// that grant and sends it: the rebuild must count it, or it sells the unit
+/// again to another user and the replayed SUCCESS ends REJECTED. The drop
+/// keeps the outbox, the pass counts its grants on their way, and the
+/// rebuild claims them first, keeps their units and lists them again.
+#[tokio::test]
+async fn a_restarted_shard_dropped_keeps_the_grants_of_its_outbox_for_the_requests_that_replay_them() {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(1, 1);
+    w.shards.put(&def.coupon_id, 0, 0);
+    let won = grant(1, 0, "u3", NOW - 1_000);
+    w.shards.push(&won);
+    restarted(&w, &def, 0, 1);
+
+    assert_eq!(w.reconciler.coupon(&def, NOW).await.unwrap().shards_waiting, 1);
+    let r = w.reconciler.coupon(&def, NOW + SEND_WINDOW).await.unwrap();
+
+    assert_eq!((r.shards_rolled_back, r.shards_rebuilt), (1, 1), "{r:?}");
+    let rebuilt = w.shards.state(&def.coupon_id, 0).expect("rebuilt");
+    assert_eq!(rebuilt.stock, 0, "the unit is the replayed grant's: {r:?}");
+    assert_eq!(
+        rebuilt
+            .outbox
+            .iter()
+            .map(|e| e.grant.grant_id.clone())
+            .collect::<Vec<_>>(),
+        vec![won.grant_id.clone()],
+        "listed again, for the re-drive"
+    );
+    assert!(
+        rebuilt.users.iter().any(|(u, n)| u.as_str() == "u3" && *n == 1),
+        "{:?}",
+        rebuilt.users
+    );
+    assert!(
+        w.facts
+            .claims
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|g| g.grant_id == won.grant_id),
+        "claimed before the shard reopened"
+    );
+    assert_eq!(r.drift, 0, "{r:?}");
+}
+
 #[tokio::test]
 async fn a_restarted_shard_that_holds_every_issued_grant_sells_again_unchanged() {
     let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
