@@ -375,3 +375,69 @@ async fn a_retry_after_redis_lost_everything_replays_its_grant_and_earns_no_seco
     assert_eq!(held, HashSet::from([grant, second.grant_id().unwrap()]));
     assert!(h.facts().rejections(&coupon).await.unwrap().is_empty());
 }
+
+/// A dropped shard keeps its outbox, and the reconciler trims entries from
+/// it while the shard is missing: the stream then only takes ids above the
+/// highest it ever held, not above its newest entry. The rebuild still
+/// lists every grant on its way, in order, the kept ones unchanged.
+#[tokio::test]
+async fn a_rebuild_lists_its_grants_in_an_outbox_a_dropped_shard_kept_and_the_pass_trimmed() {
+    use coupon_adapters::redis::RedisRepair;
+    use coupon_domain::grant::Grant;
+    use coupon_domain::ids::{GrantId, RequestId, UserId};
+    use coupon_domain::reconcile::ports::{ShardUnits, StockRepair};
+
+    let h = Harness::new().await;
+    let def = h.coupon(3);
+    let coupon = h.create(&def).await;
+    let stored = h.facts().stored(&coupon).await.unwrap().expect("stored");
+    let on_its_way = |seq: u64, user: &str| Grant {
+        grant_id: GrantId::new(&coupon, 0, seq),
+        coupon_id: coupon.clone(),
+        user_id: UserId::parse(user).unwrap(),
+        ordinal: 1,
+        request_id: RequestId::parse(&format!("r-{user}")).unwrap(),
+        shard: 0,
+        granted_at_ms: 1,
+    };
+    let (kept, trimmed, claimed) = (on_its_way(5, "u5"), on_its_way(7, "u7"), on_its_way(6, "u6"));
+    let keys = h.redis.keys().shard(&coupon, 0);
+    let mut conn = h.redis.connection();
+    for g in [&kept, &trimmed] {
+        let _: String = redis::cmd("XADD")
+            .arg(keys.outbox())
+            .arg(format!("{}-0", g.grant_id.seq()))
+            .arg("grant_id")
+            .arg(g.grant_id.as_str())
+            .arg("coupon_id")
+            .arg(g.coupon_id.as_str())
+            .arg("user_id")
+            .arg(g.user_id.as_str())
+            .arg("ordinal")
+            .arg(g.ordinal)
+            .arg("request_id")
+            .arg(g.request_id.as_str())
+            .arg("shard")
+            .arg(g.shard)
+            .arg("granted_at_ms")
+            .arg(g.granted_at_ms)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    // Dropped (its state gone, its outbox kept); then the pass trims the
+    // grant DynamoDB confirmed.
+    let _: () = redis::cmd("DEL").arg(keys.meta()).query_async(&mut conn).await.unwrap();
+    let repair = RedisRepair::new(h.redis.clone());
+    repair.trim(&coupon, 0, &[7]).await.unwrap();
+
+    let units = ShardUnits { stock: 1, expired: 0 };
+    let restored = repair
+        .restore_shard(&stored, 0, units, 100, &[], &[], &[kept.clone(), claimed.clone()], 1)
+        .await
+        .unwrap();
+
+    assert!(restored, "the shard is written");
+    let listed: Vec<u64> = repair.outbox(&coupon, 0).await.unwrap().iter().map(|e| e.seq).collect();
+    assert_eq!(listed, vec![5, 6], "the kept grant and the claimed one, in order");
+}

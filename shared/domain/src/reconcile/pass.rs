@@ -1,7 +1,7 @@
 //! One pass over one coupon ([`Reconciler::coupon`]), in the numbered
 //! steps the module documentation lists, each a method of its own.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use tracing::{instrument, warn};
 
@@ -97,6 +97,7 @@ impl Reconciler {
                 .outboxes
                 .push((shard, self.ports.repair.outbox(coupon, shard).await?));
         }
+        self.void_reminted(def, &survey.missing, &mut unsent, &mut r).await?;
         // After the outboxes: a grant taken and settled between the two
         // reads is counted twice (restoring too little), never not at all.
         for &shard in &survey.present {
@@ -209,6 +210,51 @@ impl Reconciler {
             }
         }
         Ok(won)
+    }
+
+    /// Step 2, on the outboxes dropped shards kept: an entry whose grant
+    /// id DynamoDB has claimed for another grant (another user, or another
+    /// ordinal) was minted again by a state that had rolled back (a replica
+    /// promoted without the first, which then sold on). It took a unit the
+    /// first grant had taken: not on its way, never re-driven, trimmed, so
+    /// the rebuild lists the claimed grant instead. (A present shard's are
+    /// found by the re-drive's claim, which drops the shard.)
+    async fn void_reminted(
+        &self,
+        def: &CouponDefinition,
+        missing: &[u32],
+        unsent: &mut Unsent,
+        r: &mut CouponReport,
+    ) -> Result<(), StoreError> {
+        let kept = |shard: &u32, entries: &Vec<OutboxEntry>| missing.contains(shard) && !entries.is_empty();
+        if !unsent.outboxes.iter().any(|(shard, entries)| kept(shard, entries)) {
+            return Ok(());
+        }
+        let claims = self.ports.facts.claims(&def.coupon_id).await?;
+        let claimed: HashMap<&GrantId, &Grant> = claims.iter().map(|g| (&g.grant_id, g)).collect();
+        for (shard, entries) in unsent.outboxes.iter_mut() {
+            if !kept(shard, entries) {
+                continue;
+            }
+            let (void, live): (Vec<OutboxEntry>, Vec<OutboxEntry>) = entries.drain(..).partition(|e| {
+                claimed
+                    .get(&e.grant.grant_id)
+                    .is_some_and(|c| c.user_id != e.grant.user_id || c.ordinal != e.grant.ordinal)
+            });
+            *entries = live;
+            if void.is_empty() {
+                continue;
+            }
+            let seqs: Vec<u64> = void.iter().map(|e| e.seq).collect();
+            self.ports.repair.trim(&def.coupon_id, *shard, &seqs).await?;
+            warn!(coupon = %def.coupon_id, shard, grants = void.len(),
+                "dropped shard's outbox listed grant ids claimed for other grants; trimmed");
+            r.causes.push(format!(
+                "{} grant(s) in dropped shard {shard}'s outbox reuse ids claimed for other grants; trimmed, not re-driven",
+                void.len()
+            ));
+        }
+        Ok(())
     }
 
     /// Step 4: trims every outbox entry DynamoDB confirms (issued under

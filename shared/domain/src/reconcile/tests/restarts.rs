@@ -159,6 +159,55 @@ async fn a_restarted_shard_dropped_keeps_the_grants_of_its_outbox_for_the_reques
     assert_eq!(r.drift, 0, "{r:?}");
 }
 
+/// A dropped shard's kept outbox may list a grant id the state minted a
+/// second time after rolling back (u6's, under u1's claimed id): its unit
+/// was u1's, so it is not on its way. It is trimmed, never re-driven, and
+/// the rebuild lists u1's claimed grant in its place.
+#[tokio::test]
+async fn a_kept_outbox_entry_reusing_a_claimed_grant_id_is_trimmed_and_the_claimed_grant_listed() {
+    let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
+    let def = coupon(3, 1);
+    w.shards.put(&def.coupon_id, 0, 1);
+    let first = grant(2, 0, "u1", NOW - 2_000);
+    w.facts.claims.lock().unwrap().push(first.clone());
+    w.shards.push(&grant(1, 0, "u5", NOW - 3_000));
+    w.facts.claims.lock().unwrap().push(grant(1, 0, "u5", NOW - 3_000));
+    let again = grant(2, 0, "u6", NOW - 1_000);
+    w.shards.push(&again);
+    restarted(&w, &def, 0, 1);
+    w.facts
+        .high_water
+        .lock()
+        .unwrap()
+        .insert(def.coupon_id.clone(), HashMap::from([(0, 2)]));
+
+    assert_eq!(w.reconciler.coupon(&def, NOW).await.unwrap().shards_waiting, 1);
+    let r = w.reconciler.coupon(&def, NOW + SEND_WINDOW).await.unwrap();
+
+    assert_eq!((r.shards_rolled_back, r.shards_rebuilt), (1, 1), "{r:?}");
+    let rebuilt = w.shards.state(&def.coupon_id, 0).expect("rebuilt");
+    let listed: Vec<(String, String)> = rebuilt
+        .outbox
+        .iter()
+        .map(|e| (e.grant.grant_id.to_string(), e.grant.user_id.to_string()))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            (grant(1, 0, "u5", 0).grant_id.to_string(), "u5".into()),
+            (first.grant_id.to_string(), "u1".into())
+        ],
+        "{r:?}"
+    );
+    assert_eq!(rebuilt.stock, 3 - 2, "u6's re-mint took no unit: {r:?}");
+    assert!(
+        !rebuilt.users.iter().any(|(u, _)| u.as_str() == "u6"),
+        "{:?}",
+        rebuilt.users
+    );
+    assert!(r.causes.iter().any(|c| c.contains("reuse ids")), "{:?}", r.causes);
+}
+
 #[tokio::test]
 async fn a_restarted_shard_that_holds_every_issued_grant_sells_again_unchanged() {
     let w = world_windowed(ScriptedLedger::default(), SEND_WINDOW);
