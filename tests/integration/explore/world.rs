@@ -38,7 +38,7 @@ use tokio::task::JoinHandle;
 
 use super::actors::{entrant_actor, issuer_actor, reconciler_actor, repair_actor, twin_actor, user_actor};
 use super::gated::{Gate, GatedClaims, GatedLedger, GatedPublisher, GatedRisk};
-use super::heal::{fault, heal, judge, node_fault};
+use super::heal::{expire_oldest_reservation, fault, heal, judge, node_fault};
 use super::nodes::Nodes;
 use super::sched::{ActorId, Rng, Scheduler};
 use crate::support::{Harness, Options};
@@ -648,6 +648,12 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
         sched.tell("an instance may stall mid-operation while the others go on".into());
     }
 
+    // Open borrows outliving the outcome TTL, from a stream of their own,
+    // in half the seeds: a reservation's record expires while its listing
+    // waits for the caller or the reconciler to settle it.
+    let mut ttl_rng = Rng::new(seed.rotate_left(53) ^ 0x0077_E1AB);
+    let expiries = ttl_rng.chance(50);
+
     // The schedule: a step at a time, a fault now and then between two.
     let mut repairing = false;
     while let Some(chosen) = sched.pick(&mut rng).await {
@@ -674,6 +680,15 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
                 world.tasks.lock().unwrap().insert(actor, (Role::Repair, task));
             }
             *outcome.faults.entry(fault).or_default() += 1;
+        }
+        if expiries && ttl_rng.chance(shape.fault_percent) {
+            let shard = ttl_rng.below(world.def.shards as u64) as u32;
+            if let Some(who) = expire_oldest_reservation(&world, shard).await {
+                sched.tell(format!(
+                    "FAULT: {who}'s borrow on shard {shard} outlives the outcome TTL: its reservation's record expires"
+                ));
+                *outcome.faults.entry("reservation_expired".into()).or_default() += 1;
+            }
         }
         if stalls && stall_rng.chance(shape.fault_percent) {
             // The chosen step's instance stalls (a pause, a slow network):
