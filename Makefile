@@ -69,6 +69,7 @@ test-rust:
 # Each run of the integration tests after the first starts a fresh stack:
 # moto's reads cost more as its tables grow (a query on an index walks the
 # whole table), and a second run on the first one's tables took twice as long.
+# After it, the default stack again, fresh, for the targets that follow.
 test-engines: ## The integration tests again on every other engine of REDIS_ENGINES (a fresh stack of its own ports)
 	@main=$$($(ENV) echo $$REDIS_ENGINE); for e in $(REDIS_ENGINES); do \
 	  [ "$$e" = "$$main" ] && continue; \
@@ -76,7 +77,8 @@ test-engines: ## The integration tests again on every other engine of REDIS_ENGI
 	  bash infra/local/stop.sh >/dev/null; \
 	  REDIS_ENGINE=$$e bash infra/local/start.sh >/dev/null || exit 1; \
 	  (export REDIS_ENGINE=$$e; $(ENV) cargo test --workspace --test integration) || exit 1; \
-	done
+	done; \
+	bash infra/local/stop.sh >/dev/null; bash infra/local/start.sh >/dev/null
 
 # The integration tests whose subject is a Redis fault or topology (the
 # explorer's schedules, failovers, restarts from snapshots, the cluster) do
@@ -89,9 +91,11 @@ test-localstack: ## The integration tests once more with SQS and EventBridge on 
 	  exit 0; \
 	fi; \
 	echo "== the integration tests on LocalStack (SQS, EventBridge) and moto (DynamoDB), but $(LOCALSTACK_SKIP)"; \
-	export LOCAL_AWS=localstack; \
-	bash infra/local/setup.sh && bash infra/local/stop.sh >/dev/null && bash infra/local/start.sh >/dev/null && \
-	  $(ENV) cargo test --workspace --test integration -- $(addprefix --skip ,$(LOCALSTACK_SKIP))
+	status=0; \
+	(export LOCAL_AWS=localstack; \
+	  bash infra/local/setup.sh && bash infra/local/stop.sh >/dev/null && bash infra/local/start.sh >/dev/null && \
+	  $(ENV) cargo test --workspace --test integration -- $(addprefix --skip ,$(LOCALSTACK_SKIP))) || status=$$?; \
+	bash infra/local/stop.sh >/dev/null; bash infra/local/start.sh >/dev/null; exit $$status
 
 test-infra:
 	@$(ENV) cfn-lint template.yaml
