@@ -91,7 +91,7 @@ if record then
   return {'WIN', record}
 end
 record = 'B|' .. ordinal .. '|' .. m[13] .. '|' .. now
-redis.call('SET', req, record, 'PX', ttl)
+redis.call('SET', req, record, 'PX', math.max(tonumber(ttl), RESERVATION_TTL_MS))
 -- Listed until settled, so the reconciler can finish borrows whose caller died.
 redis.call('ZADD', borrowing, now, request_id .. ':' .. user)
 return {'BORROW', record}

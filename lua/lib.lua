@@ -60,6 +60,20 @@ end
 -- this instead (grab.lua).
 local SKEW_MS = 2000
 
+-- How long a reservation's record (B|...) lives at the least: until its
+-- borrow is settled (by its caller, a retry, or the reconciler's next pass,
+-- which settles a borrow whose caller died within a minute or so), never
+-- until the outcome TTL alone. A reservation whose record expired while its
+-- borrow stayed open kept the user's claim counted with nothing saying
+-- why: a retry of the press was decided afresh, heard ALREADY_CLAIMED or
+-- won the next ordinal, and the borrow's unit, re-driven, reached the user
+-- from the request that had heard otherwise (the explorer's seeds 1102,
+-- 6046, with IDEMPOTENCY_TTL_SECS at 60 s a minute's reconciler outage
+-- away). 30 days: the longest outcome TTL the configuration allows; a
+-- record outlives its borrow only where a drop took the listing, until a
+-- retry resumes it.
+local RESERVATION_TTL_MS = 30 * 86400000
+
 -- The server's clock in ms.
 local function clock_ms()
   local t = redis.call('TIME')

@@ -40,21 +40,25 @@ local listed = redis.call('ZREM', borrowing, request_id .. ':' .. user)
 local current = redis.call('GET', req)
 if not current then
   -- The reservation's record expired while the borrow stayed open (its
-  -- caller died, nobody settled within the outcome TTL). Its claim was
+  -- caller died, and no pass settled it within RESERVATION_TTL_MS). Its claim was
   -- counted at reservation: with no donor grant, give it back, once (only
   -- the call that took the listing off), so the user is not ALREADY_CLAIMED
-  -- while holding nothing. A donor's grant is the user's: keep the count.
+  -- while holding nothing.
   if listed == 1 and donor == '' then
     if redis.call('HINCRBY', users, user, -1) <= 0 then
       redis.call('HDEL', users, user)
     end
   end
-  -- Or this shard lost the reservation with its state (rebuilt since, by
-  -- a pass that did not see the donor's grant yet): the grant is the
-  -- user's all the same, so it is counted, recorded and listed here (an
-  -- expired reservation's count is then one too many: the safe side).
-  if listed == 0 and donor ~= '' then
-    redis.call('HINCRBY', users, user, 1)
+  -- A donor's grant is the user's, and the request's: it is recorded under
+  -- the request id and listed here, so a retry replays it (decided afresh,
+  -- the retry would claim another ordinal, and the grant its request never
+  -- heard of would reach the user all the same: explorer seed 1102). The
+  -- count made at reservation stays; a reservation this shard lost with
+  -- its state (rebuilt since, by a pass that did not see the donor's grant
+  -- yet) is counted now (an expired one's count is then one too many: the
+  -- safe side).
+  if donor ~= '' then
+    if listed == 0 then redis.call('HINCRBY', users, user, 1) end
     redis.call('SET', req, donor, 'PX', ttl)
     list_borrowed()
   end

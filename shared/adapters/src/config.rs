@@ -7,6 +7,11 @@ use std::fmt;
 
 use coupon_domain::config::{ConfigError, Env};
 
+/// The longest outcome TTL (`IDEMPOTENCY_TTL_SECS`) allowed. A borrow's
+/// reservation record lives at least this long (`RESERVATION_TTL_MS` in
+/// `lua/lib.lua`), so it never expires before its borrow is settled.
+pub const MAX_IDEMPOTENCY_TTL_SECS: u64 = 30 * 86_400;
+
 /// How to reach Redis and how to lay out keys.
 #[derive(Clone)]
 pub struct RedisSettings {
@@ -199,7 +204,7 @@ impl RedisSettings {
             connect_timeout_ms: env.number("REDIS_CONNECT_TIMEOUT_MS", 1_000, 10..=30_000)?,
             cluster: env.flag("REDIS_CLUSTER", false)?,
             auth_secret_arn: env.optional("REDIS_AUTH_SECRET_ARN"),
-            idempotency_ttl_secs: env.number("IDEMPOTENCY_TTL_SECS", 86_400, 60..=30 * 86_400)?,
+            idempotency_ttl_secs: env.number("IDEMPOTENCY_TTL_SECS", 86_400, 60..=MAX_IDEMPOTENCY_TTL_SECS)?,
             replica_acks,
             replica_ack_timeout_ms: env.number("REDIS_REPLICA_ACK_TIMEOUT_MS", 100, 1..=5_000)?,
             durability: CacheDurability::from_env(env, replica_acks)?,
@@ -346,5 +351,20 @@ mod tests {
         let env = Env::from_pairs(&[("REDIS_URL", "redis://h"), ("REDIS_KEY_PREFIX", "{x}")]);
         let err = RedisSettings::from_env(&env).unwrap_err();
         assert!(err.to_string().starts_with("REDIS_KEY_PREFIX"));
+    }
+
+    #[test]
+    fn a_reservation_record_outlives_the_longest_outcome_ttl_allowed() {
+        let lib = include_str!("../../../lua/lib.lua");
+        let line = lib
+            .lines()
+            .find(|l| l.starts_with("local RESERVATION_TTL_MS = "))
+            .expect("lib.lua defines RESERVATION_TTL_MS");
+        let ms: u64 = line
+            .trim_start_matches("local RESERVATION_TTL_MS = ")
+            .split('*')
+            .map(|f| f.trim().parse::<u64>().expect("a product of integers"))
+            .product();
+        assert_eq!(ms, MAX_IDEMPOTENCY_TTL_SECS * 1000);
     }
 }

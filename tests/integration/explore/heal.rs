@@ -17,37 +17,6 @@ use super::sched::{ActorId, Rng};
 use super::world::{user_name, Role, World, SEND_WINDOW_MS};
 use crate::support::sqs_event;
 
-/// The oldest open borrow on `shard` outlives the outcome TTL: its
-/// reservation's record expires (its caller died or stalls, and no pass
-/// finished the borrow in time), its listing stays for the reconciler.
-/// Who and which request, if the shard had one open.
-pub(super) async fn expire_oldest_reservation(world: &World, shard: u32) -> Option<String> {
-    let keys = world.h.redis.keys().shard(&world.def.coupon_id, shard);
-    let mut conn = world.h.redis.connection();
-    let oldest: Vec<String> = redis::cmd("ZRANGE")
-        .arg(keys.borrowing())
-        .arg(0)
-        .arg(0)
-        .query_async(&mut conn)
-        .await
-        .unwrap_or_default();
-    let (request, user) = oldest.first()?.split_once(':')?;
-    let (user, request) = (
-        coupon_domain::ids::UserId::parse(user).ok()?,
-        coupon_domain::ids::RequestId::parse(request).ok()?,
-    );
-    // Only a reservation's own record expires: a listing can outlive it
-    // (an expired one, decided afresh since), and a record written later
-    // lives its own time.
-    let key = keys.request(&user, &request);
-    let record: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut conn).await.ok()?;
-    if !record?.starts_with("B|") {
-        return None;
-    }
-    let deleted: u32 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await.unwrap_or(0);
-    (deleted == 1).then(|| format!("{user} {request}"))
-}
-
 /// Deletes every Redis key of `shard` (its node lost its data).
 pub(super) async fn flush_shard(world: &World, shard: u32) -> usize {
     let tag = world.h.redis.keys().shard(&world.def.coupon_id, shard).meta();

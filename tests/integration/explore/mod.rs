@@ -131,13 +131,35 @@ async fn fixed_seeds_keep_every_promise_after_healing() {
 ///   again to u4, and u3's retry replayed its win and was told SUCCESS:
 ///   the grant was REJECTED (a drop now keeps the outbox, and the pass and
 ///   the rebuild count its grants on their way).
+/// - 1102 (three shards, four units, limit three, stalls, expiring
+///   reservations; found on Redis 7.0 by a ten-minute search of a fresh
+///   clone on 2026-12-07): u0's r1 borrows ordinal 1 and takes unit 0-2
+///   from shard 0; its reservation's record expires before the settle,
+///   which kept the count but recorded nothing; the caller heard BUSY, its
+///   retries were decided afresh (ordinals 2 and 3) until ALREADY_CLAIMED,
+///   and the re-drive issued 0-2 to u0 from r1 all the same.
+/// - 6046 (two shards, four units, limit one, a twin, node faults, stalls,
+///   expiring reservations; found on Redis 7.0 the same day): u1's r1 twin
+///   reserves a borrow (ordinal 1) and its caller gives up; the record
+///   expires, the count stays; the twin's retry hears ALREADY_CLAIMED from
+///   its own reservation; a failover then rolls the shard back past it and
+///   the first copy of r1 wins unit 1-1, which u1 holds from a request told
+///   ALREADY_CLAIMED.
+///
+///   Both needed a reservation's record to expire while its borrow stayed
+///   open. It now lives until the borrow is settled (30 days at most,
+///   `RESERVATION_TTL_MS` in `lua/lib.lua`), so the search no longer
+///   expires one; and a settle that finds its record gone records the
+///   donor's grant under the request id
+///   (`reconcile::borrows::a_borrow_whose_record_expired_after_a_donors_take_replays_the_donors_grant`).
+///   Both seeds now take other paths.
 ///
 /// Since a restart starts the repair request's follow (an actor of its
 /// own), 101 and 192 take another path after their restart (steps 62 and
 /// 81), which comes after what each found; since instances stall (a
 /// stream of their own) and the calls on a restarting node wait it out,
 /// the seeds with node faults or stalls do too.
-const FINDINGS: &[u64] = &[15, 1, 24, 101, 145, 192, 1002, 1232, 1025];
+const FINDINGS: &[u64] = &[15, 1, 24, 101, 145, 192, 1002, 1232, 1025, 1102, 6046];
 
 #[tokio::test]
 async fn seeds_that_once_broke_the_promise_keep_it_after_healing() {

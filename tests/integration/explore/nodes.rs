@@ -48,6 +48,10 @@ pub(super) struct Nodes {
     replica: Mutex<BTreeMap<u32, Image>>,
     /// Each shard's last saved snapshot.
     saved: Mutex<BTreeMap<u32, Image>>,
+    /// How often each shard's node lost its data, and how often it had
+    /// when its last snapshot was saved: a snapshot older than a loss
+    /// holds a state the rebuild that followed the loss superseded.
+    losses: Mutex<BTreeMap<u32, (u32, u32)>>,
 }
 
 impl Nodes {
@@ -59,6 +63,7 @@ impl Nodes {
             coupon,
             replica: Mutex::new(BTreeMap::new()),
             saved: Mutex::new(BTreeMap::new()),
+            losses: Mutex::new(BTreeMap::new()),
         };
         for shard in 0..shards {
             let image = nodes.image(shard).await;
@@ -116,6 +121,14 @@ impl Nodes {
     /// it, holds nothing either (an older snapshot may still be restored).
     pub(super) fn lost(&self, shard: u32) {
         self.replica.lock().unwrap().insert(shard, Image::default());
+        self.losses.lock().unwrap().entry(shard).or_default().0 += 1;
+    }
+
+    /// Whether the shard's last snapshot was saved before its node last
+    /// lost its data (a restart from it brings back a superseded state).
+    pub(super) fn snapshot_predates_a_loss(&self, shard: u32) -> bool {
+        let (losses, at_save) = self.losses.lock().unwrap().get(&shard).copied().unwrap_or_default();
+        losses > at_save
     }
 
     /// The shard's node saves a snapshot now.
@@ -123,6 +136,9 @@ impl Nodes {
         let image = self.image(shard).await;
         let n = image.len();
         self.saved.lock().unwrap().insert(shard, image);
+        let mut losses = self.losses.lock().unwrap();
+        let entry = losses.entry(shard).or_default();
+        entry.1 = entry.0;
         n
     }
 

@@ -38,7 +38,7 @@ use tokio::task::JoinHandle;
 
 use super::actors::{entrant_actor, issuer_actor, reconciler_actor, repair_actor, twin_actor, user_actor};
 use super::gated::{Gate, GatedClaims, GatedLedger, GatedPublisher, GatedRisk};
-use super::heal::{expire_oldest_reservation, fault, heal, judge, node_fault};
+use super::heal::{fault, flush_shard, heal, judge, node_fault};
 use super::nodes::Nodes;
 use super::sched::{ActorId, Rng, Scheduler};
 use crate::support::{Harness, Options};
@@ -648,11 +648,16 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
         sched.tell("an instance may stall mid-operation while the others go on".into());
     }
 
-    // Open borrows outliving the outcome TTL, from a stream of their own,
-    // in half the seeds: a reservation's record expires while its listing
-    // waits for the caller or the reconciler to settle it.
-    let mut ttl_rng = Rng::new(seed.rotate_left(53) ^ 0x0077_E1AB);
-    let expiries = ttl_rng.chance(50);
+    // A node restarted from a snapshot older than a loss of its data (the
+    // loss rewrote no file: a node replaced empty, its disk kept), from a
+    // stream of its own in a quarter of the seeds: the state restored was
+    // superseded by the rebuild after the loss, which knew nothing of what
+    // the snapshot holds and no other.
+    let mut stale_rng = Rng::new(seed.rotate_left(37) ^ 0x05A1_E0DE);
+    let stale = stale_rng.chance(25);
+    if stale {
+        sched.tell("a shard's node may restart from a snapshot saved before it lost its data".into());
+    }
 
     // The schedule: a step at a time, a fault now and then between two.
     let mut repairing = false;
@@ -662,33 +667,32 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
         if node_faults && node_rng.chance(shape.fault_percent) {
             let (fault, shard) = node_fault(&world, &mut node_rng).await;
             if fault == "restart_from_snapshot" {
-                // The calls waiting on the restarting node wait out its
-                // restart: the rest of the world goes on meanwhile.
-                let picks = stall_length(&mut node_rng);
-                let on_node = format!("shard {shard}");
-                for label in world.sched.stall_parked(|l| l.contains(&on_node), picks) {
-                    sched.tell(format!("`{label}` waits on the restarting node for {picks} steps"));
-                }
-            }
-            if fault == "restart_from_snapshot" && !repairing {
-                // The presses on the restarted shard ask for a repair; its
-                // invocation follows the coupon through the send window.
-                repairing = true;
-                let actor = world.new_actor();
-                let passes = node_rng.between(1, 2) as u32;
-                let task = tokio::task::spawn_local(repair_actor(world.clone(), actor, passes));
-                world.tasks.lock().unwrap().insert(actor, (Role::Repair, task));
+                restarted(&world, &mut node_rng, shard, &mut repairing);
             }
             *outcome.faults.entry(fault).or_default() += 1;
         }
-        if expiries && ttl_rng.chance(shape.fault_percent) {
-            let shard = ttl_rng.below(world.def.shards as u64) as u32;
-            if let Some(who) = expire_oldest_reservation(&world, shard).await {
+        if stale && stale_rng.chance(shape.fault_percent) {
+            // The stream saves, loses and restarts shards itself, so a
+            // snapshot saved before a loss comes back after the rebuild.
+            let shard = stale_rng.below(world.def.shards as u64) as u32;
+            let fault = if world.nodes.snapshot_predates_a_loss(shard) && stale_rng.chance(60) {
+                let (kept, lost) = world.nodes.restart(shard).await;
                 sched.tell(format!(
-                    "FAULT: {who}'s borrow on shard {shard} outlives the outcome TTL: its reservation's record expires"
+                    "FAULT: shard {shard}'s node restarts from a snapshot saved before it last lost its data \
+                     ({kept} keys; {lost} written since are gone; a new replication history)"
                 ));
-                *outcome.faults.entry("reservation_expired".into()).or_default() += 1;
-            }
+                restarted(&world, &mut stale_rng, shard, &mut repairing);
+                "restart_from_snapshot_before_loss"
+            } else if stale_rng.chance(50) {
+                let n = world.nodes.save(shard).await;
+                sched.tell(format!("shard {shard}'s node saves a snapshot ({n} keys)"));
+                "snapshot_saved"
+            } else {
+                let n = flush_shard(&world, shard).await;
+                sched.tell(format!("FAULT: shard {shard}'s node loses its data ({n} keys)"));
+                "shard_lost"
+            };
+            *outcome.faults.entry(fault.into()).or_default() += 1;
         }
         if stalls && stall_rng.chance(shape.fault_percent) {
             // The chosen step's instance stalls (a pause, a slow network):
@@ -739,6 +743,28 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
     outcome.story = sched.story();
     outcome.branches = sched.branches();
     outcome
+}
+
+/// What a restart of `shard`'s node brings about: the calls waiting on it
+/// wait out the restart while the rest of the world goes on, and the first
+/// restart starts the repair request's invocation (the presses on the
+/// restarted shard ask for one), which follows the coupon through the send
+/// window.
+fn restarted(world: &Arc<World>, rng: &mut Rng, shard: u32, repairing: &mut bool) {
+    let picks = stall_length(rng);
+    let on_node = format!("shard {shard}");
+    for label in world.sched.stall_parked(|l| l.contains(&on_node), picks) {
+        world
+            .sched
+            .tell(format!("`{label}` waits on the restarting node for {picks} steps"));
+    }
+    if !*repairing {
+        *repairing = true;
+        let actor = world.new_actor();
+        let passes = rng.between(1, 2) as u32;
+        let task = tokio::task::spawn_local(repair_actor(world.clone(), actor, passes));
+        world.tasks.lock().unwrap().insert(actor, (Role::Repair, task));
+    }
 }
 
 /// How many other steps a stalled call waits for: mostly a few, now and

@@ -215,6 +215,103 @@ async fn a_borrow_whose_record_expired_gives_its_claim_back_once() {
     assert_eq!(counted, None, "given back once, never below zero");
 }
 
+/// A reservation's record lives until its borrow is settled, not only the
+/// outcome TTL: one that expired while the borrow stayed open left the
+/// user's claim counted with nothing saying why (the explorer's seeds 1102
+/// and 6046). Settled, the press's answer lives the outcome TTL.
+#[tokio::test]
+async fn a_borrows_reservation_record_lives_until_the_borrow_is_settled() {
+    let h = Harness::new().await;
+    let user_name = "patient-borrower";
+    let (def, coupon) = borrow_reserved_on_an_empty_home(&h, user_name).await;
+    let user = UserId::parse(user_name).unwrap();
+    let request = RequestId::parse("r1").unwrap();
+    let key = h
+        .redis
+        .keys()
+        .shard(&coupon, home_shard(&user, def.shards))
+        .request(&user, &request);
+    let mut conn = h.redis.connection();
+    let day_ms = 86_400_000;
+    let reserved: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await.unwrap();
+    assert!(reserved > 29 * day_ms, "the reservation lives 30 days: {reserved}");
+    assert_eq!(h.grab(&coupon, user_name, "r1").await.code(), "SUCCESS");
+    let settled: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await.unwrap();
+    assert!(
+        settled > 0 && settled <= day_ms,
+        "the answer lives the outcome TTL: {settled}"
+    );
+}
+
+/// A borrow whose record expired after a donor gave it a unit (its caller
+/// stalled past the outcome TTL between the take and the settle): the
+/// settle kept the claim counted but recorded nothing, so the retry was
+/// decided afresh (the next ordinals, then ALREADY_CLAIMED) while the
+/// donor's grant, re-driven from its outbox, reached the user from the
+/// request that heard the refusal (the explorer's seed 1102). The settle
+/// now records the grant under the request id and lists it: the retry
+/// replays it.
+#[tokio::test]
+async fn a_borrow_whose_record_expired_after_a_donors_take_replays_the_donors_grant() {
+    use coupon_domain::grab::ports::TakeReply;
+    use coupon_domain::reconcile::ports::StockRepair;
+    let h = Harness::new().await;
+    let user_name = "slow-borrower";
+    let (def, coupon) = borrow_reserved_on_an_empty_home(&h, user_name).await;
+    let user = UserId::parse(user_name).unwrap();
+    let home = home_shard(&user, def.shards);
+    let request = RequestId::parse("r1").unwrap();
+    let claim = Claim {
+        coupon: &coupon,
+        home_shard: home,
+        user: &user,
+        level: 0,
+        request: &request,
+        device: None,
+        now_ms: h.clock.now_ms(),
+    };
+    let ledger = h.stock_ledger();
+    let TakeReply::Won(rec) = ledger.take(&claim, 1 - home, 1).await.unwrap() else {
+        panic!("the donor has two units");
+    };
+    // The outcome TTL passes before the settle.
+    let mut conn = h.redis.connection();
+    let req_key = h.redis.keys().shard(&coupon, home).request(&user, &request);
+    let _: () = redis::cmd("DEL").arg(&req_key).query_async(&mut conn).await.unwrap();
+
+    assert_eq!(
+        ledger.settle(&claim, BorrowEnd::Took(&rec)).await.unwrap(),
+        None,
+        "GONE"
+    );
+    let users_key = h.redis.keys().shard(&coupon, home).users();
+    let counted: Option<i64> = redis::cmd("HGET")
+        .arg(&users_key)
+        .arg(user_name)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(counted, Some(1), "the claim counted once, at the reservation");
+    let repair = coupon_adapters::redis::repair::RedisRepair::new(h.redis.clone());
+    let listed = repair.borrowed(&coupon, home).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|g| g.grant_id.to_string()).collect::<Vec<_>>(),
+        vec![rec.grant_id.to_string()],
+        "listed as the user's borrowed grant"
+    );
+
+    let retry = h.grab(&coupon, user_name, "r1").await;
+    assert_eq!(
+        (retry.code(), retry.grant_id()),
+        ("SUCCESS", Some(rec.grant_id.to_string())),
+        "{}",
+        retry.body
+    );
+    h.pump().await;
+    let held = h.coupons_of(user_name).await;
+    assert_eq!(held.len(), 1, "{held:?}");
+}
+
 /// A donor's grant settled on the home shard is listed there, with its
 /// user and request, until the reconciler finds it issued: if the donor
 /// loses its state meanwhile, the list is what keeps its rebuild from
