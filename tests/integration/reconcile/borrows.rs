@@ -35,19 +35,24 @@ async fn borrow_reserved_on_an_empty_home(h: &Harness, user_name: &str) -> (Coup
     (def, coupon)
 }
 
-/// `user`'s request `r1` reserves a borrow on its empty `home` shard (the
-/// grab script runs; the caller dies before anything else).
-async fn reserve_borrow(h: &Harness, coupon: &CouponId, user: &UserId, home: u32) {
-    let request = RequestId::parse("r1").unwrap();
-    let claim = Claim {
+/// A press of `user` for `request` on its `home` shard, now.
+fn press<'a>(h: &Harness, coupon: &'a CouponId, home: u32, user: &'a UserId, request: &'a RequestId) -> Claim<'a> {
+    Claim {
         coupon,
         home_shard: home,
         user,
         level: 0,
-        request: &request,
+        request,
         device: None,
         now_ms: h.clock.now_ms(),
-    };
+    }
+}
+
+/// `user`'s request `r1` reserves a borrow on its empty `home` shard (the
+/// grab script runs; the caller dies before anything else).
+async fn reserve_borrow(h: &Harness, coupon: &CouponId, user: &UserId, home: u32) {
+    let request = RequestId::parse("r1").unwrap();
+    let claim = press(h, coupon, home, user, &request);
     assert!(matches!(
         h.stock_ledger().claim(&claim, ClaimStep::Whole).await.unwrap(),
         ClaimReply::Borrow { ordinal: 1, .. }
@@ -173,15 +178,7 @@ async fn a_borrow_whose_record_expired_gives_its_claim_back_once() {
     }
     // The borrow will find every shard empty. Reserve it, let its caller die.
     let request = RequestId::parse("r1").unwrap();
-    let claim = Claim {
-        coupon: &coupon,
-        home_shard: home,
-        user: &user,
-        level: 0,
-        request: &request,
-        device: None,
-        now_ms: h.clock.now_ms(),
-    };
+    let claim = press(&h, &coupon, home, &user, &request);
     let ledger = h.stock_ledger();
     // No borrow has failed yet, so no shard is stamped sold out: the home
     // shard reserves the claim and sends the caller borrowing.
@@ -261,15 +258,7 @@ async fn a_borrow_whose_record_expired_after_a_donors_take_replays_the_donors_gr
     let user = UserId::parse(user_name).unwrap();
     let home = home_shard(&user, def.shards);
     let request = RequestId::parse("r1").unwrap();
-    let claim = Claim {
-        coupon: &coupon,
-        home_shard: home,
-        user: &user,
-        level: 0,
-        request: &request,
-        device: None,
-        now_ms: h.clock.now_ms(),
-    };
+    let claim = press(&h, &coupon, home, &user, &request);
     let ledger = h.stock_ledger();
     let TakeReply::Won(rec) = ledger.take(&claim, 1 - home, 1).await.unwrap() else {
         panic!("the donor has two units");
