@@ -9,10 +9,11 @@
 -- so is one whose server restarted since it was stamped (lib.lua,
 -- verified()): verify.lua judges it, once the send window is over.
 --
--- KEYS[1] T:meta  KEYS[2] T:users  KEYS[3] T:outbox (kept)  KEYS[4] T:taken
+-- KEYS[1] T:meta  KEYS[2] T:users  KEYS[3] T:outbox (kept, but a replaced state's)  KEYS[4] T:taken
 -- KEYS[5] T:borrowing (one hash tag T)
 -- ARGV[1] the shard's durable high-water mark
 -- Returns 1 if the shard was dropped, 0 if not.
+local FORCED = '18446744073709551615'
 local seq = redis.call('HGET', KEYS[1], 'seq')
 if not seq then
   return 0
@@ -20,7 +21,10 @@ end
 if tonumber(seq) >= tonumber(ARGV[1]) or not verified(KEYS[1]) then
   return 0
 end
--- The outbox stays (verify.lua says why): its grants were minted, and the
--- requests' records that name them survive the drop.
+-- The outbox stays (verify.lua says why), unless a later incarnation
+-- replaced the state (lib.lua, superseded()). A forced drop (the mark
+-- u64::MAX: the shard minted an id claimed for another grant, a rollback
+-- within its incarnation) keeps it: the pass trims the entries minted again.
+if ARGV[1] ~= FORCED and superseded(KEYS[1], ARGV[1]) then redis.call('DEL', KEYS[3]) end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5])
 return 1

@@ -6,7 +6,8 @@
 -- SUCCESS for a win whose unit, and grant id, the node sells again).
 -- KEYS: 1 fence, 2 where the decision is (the request's record, the
 --       donor's taken hash, the outbox; the fence again for 'writes'),
---       3 the shard's borrowed hash (for 'pending')
+--       3 the shard's borrowed hash (for 'pending'), or its meta (for
+--       'record', 'exists' and 'lost')
 -- ARGV: 1 the fence's ttl (ms), 2 what to check:
 --       'record'  KEYS[2] is exactly ARGV[3] (a win's record)
 --       'exists'  KEYS[2] exists (a borrow's reservation, or what settled it)
@@ -21,12 +22,15 @@ local fence, at = KEYS[1], KEYS[2]
 local ttl, what = ARGV[1], ARGV[2]
 
 local held = false
+-- A request's record counts only if the shard's state wrote it (lib.lua,
+-- own_record()): one a drop left behind, or a snapshot older than a
+-- rebuild brought back, is a decision no state holds.
 if what == 'record' then
-  held = redis.call('GET', at) == ARGV[3]
+  held = own_record(KEYS[3], redis.call('GET', at)) == ARGV[3]
 elseif what == 'exists' then
-  held = redis.call('EXISTS', at) == 1
+  held = own_record(KEYS[3], redis.call('GET', at)) ~= nil
 elseif what == 'lost' then
-  held = string.sub(redis.call('GET', at) or '', 1, 2) == 'L|'
+  held = string.sub(own_record(KEYS[3], redis.call('GET', at)) or '', 1, 2) == 'L|'
 elseif what == 'field' then
   held = redis.call('HGET', at, ARGV[3]) == ARGV[4]
 elseif what == 'pending' then

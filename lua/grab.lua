@@ -26,7 +26,8 @@
 --   {'BETWEEN_WAVES', nextWaveAtMs} {'LOTTERY'} (a press on a lottery)
 --   {'NOT_LOTTERY'}         (draw) the coupon is not a lottery
 --   {'RATE_LIMITED', retryAfterMs}
---   {'UNVERIFIED'}          (commit or whole) the server restarted since the
+--   {'UNVERIFIED'}          (commit or whole, or a replayed win or
+--                           reservation) the server restarted since the
 --                           shard was verified: BUSY until the reconciler
 --                           has checked it (verify.lua)
 -- A refusal at admission (or in a whole claim with no risk places) stores
@@ -42,13 +43,21 @@ local meta, users, req, outbox, borrowing = KEYS[1], KEYS[2], KEYS[3], KEYS[4], 
 local step, user, level, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local device, request_id, ttl = ARGV[5], ARGV[6], ARGV[7]
 
-local prior = redis.call('GET', req)
-if prior then return {'REPLAY', prior} end
+-- A request seen by this state replays its record (one another state wrote
+-- is not this state's: lib.lua, own_record()). A win or a reservation only
+-- from state that may sell (verified()): a server restarted from a
+-- snapshot holds records of wins whose claims it may be the last to know,
+-- and whether its state is the sale's is the reconciler's check to make
+-- (verify.lua); a drop then leaves the record to no state.
+local prior = own_record(meta, redis.call('GET', req))
+if prior then
+  if string.sub(prior, 1, 2) ~= 'L|' and not verified(meta) then return {'UNVERIFIED'} end
+  return {'REPLAY', prior}
+end
 
 local function refuse(reply)
-  if step == 'commit' and reply[1] ~= 'NOT_FOUND' then
-    redis.call('SET', req, 'L|' .. table.concat(reply, '|'), 'PX', ttl)
-  end
+  local base = step == 'commit' and reply[1] ~= 'NOT_FOUND' and incarnation(meta)
+  if base then record_request(req, 'L|' .. table.concat(reply, '|'), base, ttl) end
   return reply
 end
 
@@ -83,15 +92,16 @@ if stock <= 0 then
   end
 end
 expire(meta, gone)
+local base = m[18] or '0'
 local ordinal = claimed + 1
 redis.call('HINCRBY', users, user, 1)
 local record = issue(meta, outbox, stock, user, ordinal, request_id, now)
 if record then
-  redis.call('SET', req, record, 'PX', ttl)
+  record_request(req, record, base, ttl)
   return {'WIN', record}
 end
 record = 'B|' .. ordinal .. '|' .. m[13] .. '|' .. now
-redis.call('SET', req, record, 'PX', math.max(tonumber(ttl), RESERVATION_TTL_MS))
+record_request(req, record, base, math.max(tonumber(ttl), RESERVATION_TTL_MS))
 -- Listed until settled, so the reconciler can finish borrows whose caller died.
 redis.call('ZADD', borrowing, now, request_id .. ':' .. user)
 return {'BORROW', record}

@@ -1,5 +1,6 @@
--- Shared prelude, compiled in front of grab.lua, peek.lua, standing.lua, available.lua, take.lua,
--- settle.lua, preheat.lua, verify.lua and drop_if_behind.lua (the lua! macro of
+-- Shared prelude, compiled in front of grab.lua, peek.lua, recorded.lua, standing.lua,
+-- available.lua, take.lua, settle.lua, preheat.lua, verify.lua, fence.lua,
+-- apply_settings.lua, restore_hash.lua and drop_if_behind.lua (the lua! macro of
 -- shared/adapters/src/redis/scripts.rs). Each script runs
 -- on ONE stock shard: every key it touches is passed in KEYS and carries the
 -- shard's hash tag {cpn:<coupon>:<shard>}, so it is valid on Redis Cluster.
@@ -16,7 +17,9 @@
 --   T:borrowed hash  grant id -> the grant (JSON), donors' grants settled here,
 --                    until the reconciler finds them issued
 --
--- Records stored under a request id (never contain the user id):
+-- Records stored under a request id (never contain the user id), each
+-- stamped '#<base>' with the incarnation of the shard's state that wrote it
+-- (own_record(); the stamp is stripped from every reply):
 --   W|<grantId>|<ordinal>|<shard>|<grantedAtMs>   a win
 --   B|<ordinal>|<epoch>|<reservedAtMs>            a reservation waiting on a borrow
 --   L|SOLD_OUT                                    a borrow that found nothing
@@ -42,6 +45,63 @@ local function issue(meta, outbox, stock, user, ordinal, request_id, now)
     'ordinal', ordinal, 'request_id', request_id, 'shard', ids[2],
     'granted_at_ms', now)
   return 'W|' .. grant_id .. '|' .. ordinal .. '|' .. ids[2] .. '|' .. now
+end
+
+-- The incarnation of a shard's state (meta base): the grant sequence it
+-- started at, 0 for a preheated shard, above every sequence any earlier
+-- state minted for a rebuilt one (domain reconcile/rebuild.rs). nil when
+-- the shard has no state.
+local function incarnation(meta)
+  local m = redis.call('HMGET', meta, 'seq', 'base')
+  if not m[1] then return nil end
+  return m[2] or '0'
+end
+
+-- Stores a request's record, stamped with the incarnation that decides it.
+local function record_request(req, record, base, ttl)
+  redis.call('SET', req, record .. '#' .. base, 'PX', ttl)
+end
+
+-- A stored record and the incarnation it was stamped with ('0' for one
+-- stored before records were stamped).
+local function unstamp(stored)
+  local record, base = string.match(stored, '^(.*)#(%d+)$')
+  if record then return record, base end
+  return stored, '0'
+end
+
+-- The request's record if this shard's state wrote it (stamped with its
+-- incarnation), else nil; `stored` is the request key's value as read (nil
+-- if none: the incarnation is read only for a record). Records outlive the
+-- state that wrote them: a drop or a loss takes the shard's state and
+-- leaves its requests' keys, and a server restarted from a snapshot older
+-- than a rebuild brings back the records of a state the rebuild replaced.
+-- Such a record says nothing true of this state: its win was never
+-- counted here (the rebuild restores, stamped anew, every win DynamoDB
+-- names; one it does not name was never sent, its unit sold again), its
+-- reservation is not in the users hash. The press is decided afresh.
+local function own_record(meta, stored)
+  if not stored then return nil end
+  local base = incarnation(meta)
+  local record, stamp = unstamp(stored)
+  if not base or stamp ~= base then return nil end
+  return record
+end
+
+-- True if a later incarnation has replaced this shard's state (it came
+-- back from a snapshot older than a rebuild): `mark` (the durable mark) is
+-- past every sequence the state can have minted, its base plus its total
+-- stock, and only a rebuild's base gets there (domain
+-- reconcile/rebuild.rs). A drop of such a state deletes its outbox: its
+-- grants that were ever sent were claimed first, and the rebuild that
+-- replaced it counted them from there; the others were never sent, their
+-- units sold again. A drop of a current state keeps it: its grants were
+-- minted in the sale's latest incarnation and a borrow's home may still
+-- record one, so the pass counts them on their way and the rebuild keeps
+-- them.
+local function superseded(meta, mark)
+  local m = redis.call('HMGET', meta, 'base', 'total')
+  return tonumber(mark) > tonumber(m[1] or '0') + tonumber(m[2] or '0')
 end
 
 -- The replication history this server's data belongs to: its replication
@@ -210,7 +270,7 @@ end
 local function refusal(meta, users, user, level, now, bucket, device)
   local m = redis.call('HMGET', meta, 'status', 'start_ms', 'end_ms',
     'min_level', 'per_user_limit', 'rate', 'burst', 'tokens', 'bucket_ms',
-    'stock', 'shards', 'soldout', 'epoch', 'waves', 'rollover', 'device', 'mode')
+    'stock', 'shards', 'soldout', 'epoch', 'waves', 'rollover', 'device', 'mode', 'base')
   if not m[1] then return {'NOT_FOUND'} end
   if m[1] ~= 'ONLINE' then return {'OFFLINE'} end
   -- A lottery's units go to its draw's winners only (drawing()).
@@ -262,7 +322,7 @@ end
 local function drawing(meta, users, user, now)
   local m = redis.call('HMGET', meta, 'status', 'start_ms', 'sells_until_ms',
     'min_level', 'per_user_limit', 'rate', 'burst', 'tokens', 'bucket_ms',
-    'stock', 'shards', 'soldout', 'epoch', 'waves', 'rollover', 'device', 'mode')
+    'stock', 'shards', 'soldout', 'epoch', 'waves', 'rollover', 'device', 'mode', 'base')
   if not m[1] then return {'NOT_FOUND'} end
   if m[1] ~= 'ONLINE' then return {'OFFLINE'} end
   if m[17] ~= 'LOTTERY' or not m[3] then return {'NOT_LOTTERY'} end

@@ -1,15 +1,24 @@
 -- Rebuild, before the shard reopens: the stored outcome of each request
 -- that won a coupon DynamoDB holds, so a retry of a press told SUCCESS
 -- (whose answer may never have arrived) replays that grant after Redis lost
--- everything, instead of being decided afresh. Like restore_users.lua,
--- refused once the shard has state again (its meta is written last), and
--- never over a record a live grab has since written.
+-- everything, instead of being decided afresh. Like restore_hash.lua,
+-- refused once the shard has state again (its meta is written last).
+-- Each record is stamped with the rebuilt state's incarnation (lib.lua,
+-- own_record()) and written over an earlier incarnation's (with no state
+-- under it no grab writes a record: what is there is a state's this one
+-- replaces), never over a later one's: two rebuilds at once each write
+-- their records, and the state the higher base starts is the one the
+-- mark keeps (the lower is dropped and rebuilt above it).
 -- KEYS: 1 meta, 2.. the request keys (T:req:<user>:<requestId>)
--- ARGV: 1 how long a record lives (ms), 2.. the record for each key, in order
+-- ARGV: 1 how long a record lives (ms), 2 the incarnation (the state's
+--       base), 3.. the record for each key, in order
 -- Returns 'EXISTS' | 'OK'
 if redis.call('EXISTS', KEYS[1]) == 1 then return 'EXISTS' end
-local ttl = tonumber(ARGV[1])
+local ttl, base = tonumber(ARGV[1]), ARGV[2]
 for i = 2, #KEYS do
-  redis.call('SET', KEYS[i], ARGV[i], 'PX', ttl, 'NX')
+  local at = string.match(redis.call('GET', KEYS[i]) or '', '#(%d+)$')
+  if not at or tonumber(at) < tonumber(base) then
+    redis.call('SET', KEYS[i], ARGV[i + 1] .. '#' .. base, 'PX', ttl)
+  end
 end
 return 'OK'

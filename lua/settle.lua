@@ -36,11 +36,15 @@ if redis.call('EXISTS', meta) == 0 then return {'MISSING'} end
 -- Nor on state a restart may have rolled back, until it is verified.
 if not verified(meta) then return {'MISSING'} end
 
+local base = incarnation(meta)
 local listed = redis.call('ZREM', borrowing, request_id .. ':' .. user)
-local current = redis.call('GET', req)
+local current = own_record(meta, redis.call('GET', req))
 if not current then
-  -- The reservation's record expired while the borrow stayed open (its
-  -- caller died, and no pass settled it within RESERVATION_TTL_MS). Its claim was
+  -- The reservation's record is gone, or another state's (lib.lua,
+  -- own_record(): this state was rebuilt since, and counts the claim only
+  -- if the rebuild saw the donor's grant), or it expired while the borrow
+  -- stayed open (its caller died, and no pass settled it within
+  -- RESERVATION_TTL_MS). An expired one's claim was
   -- counted at reservation: with no donor grant, give it back, once (only
   -- the call that took the listing off), so the user is not ALREADY_CLAIMED
   -- while holding nothing.
@@ -59,7 +63,7 @@ if not current then
   -- safe side).
   if donor ~= '' then
     if listed == 0 then redis.call('HINCRBY', users, user, 1) end
-    redis.call('SET', req, donor, 'PX', ttl)
+    record_request(req, donor, base, ttl)
     list_borrowed()
   end
   return {'GONE'}
@@ -68,7 +72,7 @@ if string.sub(current, 1, 2) ~= 'B|' then return {'DONE', current} end
 
 local ordinal, epoch, reserved_at = string.match(current, '^B|(%d+)|(%d+)|(%d+)')
 if donor ~= '' then
-  redis.call('SET', req, donor, 'PX', ttl)
+  record_request(req, donor, base, ttl)
   list_borrowed()
   return {'DONE', donor}
 end
@@ -87,14 +91,14 @@ if closed ~= '' then
   if redis.call('HINCRBY', users, user, -1) <= 0 then
     redis.call('HDEL', users, user)
   end
-  redis.call('SET', req, 'L|' .. closed, 'PX', ttl)
+  record_request(req, 'L|' .. closed, base, ttl)
   return {'DONE', 'L|' .. closed}
 end
 local avail, next_at, _, gone = sellable(tonumber(m[1]), m[5], m[6], at)
 expire(meta, gone)
 local record = issue(meta, outbox, avail, user, ordinal, request_id, reserved_at)
 if record then
-  redis.call('SET', req, record, 'PX', ttl)
+  record_request(req, record, base, ttl)
   return {'DONE', record}
 end
 
@@ -118,8 +122,8 @@ end
 -- instant now past, and a new press (a new request id) is decided afresh.
 if next_at then
   local lost = 'L|BETWEEN_WAVES|' .. next_at
-  redis.call('SET', req, lost, 'PX', ttl)
+  record_request(req, lost, base, ttl)
   return {'DONE', lost}
 end
-redis.call('SET', req, 'L|SOLD_OUT', 'PX', ttl)
+record_request(req, 'L|SOLD_OUT', base, ttl)
 return {'DONE', 'L|SOLD_OUT'}

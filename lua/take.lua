@@ -12,7 +12,14 @@ local user, ordinal, request_id, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
 local field = ordinal .. ':' .. user
 local prior = redis.call('HGET', taken, field)
-if prior then return {'WIN', prior} end
+if prior then
+  -- Replayed only from state that may sell, as grab.lua replays a win: a
+  -- restarted donor's take may be dropped with it by the check, and
+  -- settled on the home meanwhile it would be a unit the rebuild counts
+  -- nowhere.
+  if not verified(meta) then return {'UNVERIFIED'} end
+  return {'WIN', prior}
+end
 
 local m = redis.call('HMGET', meta, 'stock', 'status', 'end_ms', 'waves', 'rollover', 'sells_until_ms')
 if not m[1] then return {'NOT_FOUND'} end

@@ -18,7 +18,8 @@
 -- since before this pass can be promoted without a check (lib.lua).
 -- Atomic, so a shard verified, rebuilt or restarted again meanwhile is
 -- judged as it is now.
--- KEYS: 1 meta, 2 users, 3 outbox (kept by a drop), 4 taken, 5 borrowing
+-- KEYS: 1 meta, 2 users, 3 outbox (kept by a drop, but a replaced state's),
+--       4 taken, 5 borrowing
 -- ARGV: 1 now (ms), 2 the durable high-water mark, or '' to only look,
 --       3 (with a mark) the durable definition's version
 -- Returns {'MISSING'} | {'CURRENT'} | {'SUSPECT', sinceMs}
@@ -59,12 +60,18 @@ local from = math.min(to, math.max(tonumber(m[6]), tonumber(m[8] or '0') - SKEW_
 -- An open borrow in the state may have finished after the snapshot (its
 -- donor minted, its record became a win) without moving this sequence:
 -- dropped too, so the rebuild restores the claim from DynamoDB.
--- The outbox stays: every grant it lists was minted, and its request's
--- record (kept too) can still be replayed and sent; the pass counts them on
--- their way and the rebuild keeps their units, users and entries.
+-- The outbox stays, unless a later incarnation replaced the state
+-- (lib.lua, superseded()): every grant it lists was minted, and its
+-- request's record (kept too) replays it once the rebuild has stamped it
+-- anew; the pass counts them on their way and the rebuild keeps their
+-- units, users and entries. A replaced state's request records are no
+-- later state's (lib.lua, own_record()). (A coupon whose every unit is
+-- issued is checked against a mark past everything: its outbox goes too,
+-- as nothing in it can still be issued.)
 if tonumber(m[1]) < tonumber(ARGV[2]) or (tonumber(m[9]) or 0) < (tonumber(ARGV[3]) or 0)
   or ran_dry(tonumber(m[3]), m[4], m[5], from, to)
   or redis.call('ZCARD', KEYS[5]) > 0 then
+  if superseded(KEYS[1], ARGV[2]) then redis.call('DEL', KEYS[3]) end
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[4], KEYS[5])
   return {'DROPPED'}
 end

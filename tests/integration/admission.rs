@@ -104,6 +104,17 @@ async fn every_refusal_the_home_shard_decides_costs_one_command_and_a_win_four()
     for c in [&gated, &later] {
         h.grab(c, "warm", "r0").await;
     }
+    // The read of a request's record a sold-out memory answers with is a
+    // script of its own: loaded here too.
+    {
+        use coupon_domain::grab::ports::StockLedger;
+        let (user, request) = (
+            coupon_domain::ids::UserId::parse("warm").unwrap(),
+            coupon_domain::ids::RequestId::parse("r0").unwrap(),
+        );
+        let claim = crate::support::plain_claim(&warm, &user, &request, T0);
+        assert!(h.stock_ledger().recorded(&claim).await.unwrap().is_some());
+    }
     wire.sent().await;
 
     assert_eq!(h.grab(&coupon, "w1", "r1").await.code(), "SUCCESS");
@@ -140,7 +151,11 @@ async fn every_refusal_the_home_shard_decides_costs_one_command_and_a_win_four()
     assert_eq!(h.grab(&coupon, "w5", "r1").await.code(), "SOLD_OUT");
     assert_eq!(wire.sent().await, ["EVALSHA"], "sold out, decided at admission");
     assert_eq!(h.grab(&coupon, "w6", "r1").await.code(), "SOLD_OUT");
-    assert_eq!(wire.sent().await, ["GET"], "sold out, from the instance's memory");
+    assert_eq!(
+        wire.sent().await,
+        ["EVALSHA"],
+        "sold out, from the instance's memory: the request's record"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -355,6 +355,86 @@ async fn restarted_from_an_old_snapshot(server: &mut Server) {
     assert_eq!(h.reconcile(&def).await.drift, 0);
 }
 
+/// A snapshot from before a loss holds a win whose claim was never written
+/// (its caller died after the script, before the claim): the loss took it,
+/// the rebuild never heard of it and sold its unit again. The server then
+/// restarts from that snapshot, and the win's record comes back with it.
+/// The retry of that press replayed it (before the check, and after the
+/// drop, which cannot find a request's key), and its grant went out beside
+/// the unit's new holder: a SUCCESS the stock did not have. A record is now
+/// honoured only by the state that wrote it, and a win only once that
+/// state is verified (lua/lib.lua, own_record()): BUSY until the check,
+/// then decided afresh.
+#[tokio::test]
+async fn a_win_never_claimed_in_a_snapshot_from_before_a_loss_is_never_replayed_once_its_unit_sold_again() {
+    use coupon_domain::clock::Clock;
+    use coupon_domain::grab::ports::{ClaimReply, ClaimStep};
+
+    let mut server = Server::standalone();
+    let h = harness_on(&server).await;
+    let (def, coupon) = one_shard_coupon(&h, 2).await;
+    let (user, request) = (UserId::parse("died").unwrap(), RequestId::parse("r1").unwrap());
+    let claim = crate::support::plain_claim(&coupon, &user, &request, h.clock.now_ms());
+    let won = h.stock_ledger().claim(&claim, ClaimStep::Whole).await.unwrap();
+    assert!(matches!(won, ClaimReply::Won(_)), "{won:?}");
+    assert!(server.cmd(&["SAVE"]).contains("OK"));
+
+    h.flush_redis().await;
+    let rebuilt = h.reconcile(&def).await;
+    assert_eq!((rebuilt.shards_rebuilt, rebuilt.restored), (1, 2), "{rebuilt:?}");
+    for i in 0..2 {
+        let pressed = h.grab(&coupon, &format!("new-{i}"), "r").await;
+        assert_eq!(pressed.code(), "SUCCESS", "{}", pressed.body);
+    }
+    h.pump().await;
+
+    server.restart_from_snapshot();
+    h.wait_for_redis().await;
+    let early = h.grab(&coupon, "died", "r1").await;
+    assert_eq!((early.status, early.code()), (503, "BUSY"), "{}", early.body);
+    // Every unit is issued, so nothing can be on its way: the restarted
+    // shard is dropped and rebuilt at once, empty.
+    let report = h.reconcile_windowed(&def, 3_000).await;
+    assert_eq!((report.shards_rebuilt, report.restored), (1, 0), "{report:?}");
+    let retry = h.grab(&coupon, "died", "r1").await;
+    assert_eq!(retry.code(), "SOLD_OUT", "decided afresh: {}", retry.body);
+    h.pump().await;
+    assert_eq!(h.facts().issued(&coupon).await.unwrap(), 2);
+    assert!(h.coupons_of("died").await.is_empty());
+    assert!(h.facts().rejections(&coupon).await.unwrap().is_empty());
+    assert_eq!(h.reconcile(&def).await.drift, 0);
+}
+
+/// A donor's take replays, for a retry of the borrow, the unit it gave the
+/// claim. On a donor restarted since it was verified that replay waited
+/// for nothing: the retry settled the unit on the home while the restart
+/// check dropped the donor (dry), and a rebuild that had read the home's
+/// borrowed list before the settle landed counted the unit nowhere and sold
+/// it again. The take replays only from state that may sell, as a win
+/// does: Missing (the borrow waits, BUSY) until the check.
+#[tokio::test]
+async fn a_take_on_a_restarted_donor_replays_its_unit_only_once_the_donor_is_checked() {
+    use coupon_domain::clock::Clock;
+    use coupon_domain::grab::ports::TakeReply;
+
+    let mut server = Server::standalone();
+    let h = harness_on(&server).await;
+    let (_, coupon) = one_shard_coupon(&h, 2).await;
+    let (user, request) = (UserId::parse("borrower").unwrap(), RequestId::parse("r1").unwrap());
+    let claim = crate::support::plain_claim(&coupon, &user, &request, h.clock.now_ms());
+    let ledger = h.stock_ledger();
+    let TakeReply::Won(took) = ledger.take(&claim, 0, 1).await.unwrap() else {
+        panic!("the donor has stock");
+    };
+    assert!(matches!(ledger.take(&claim, 0, 1).await.unwrap(), TakeReply::Won(again) if again == took));
+    assert!(server.cmd(&["SAVE"]).contains("OK"));
+
+    server.restart_from_snapshot();
+    h.wait_for_redis().await;
+    let replayed = ledger.take(&claim, 0, 1).await.unwrap();
+    assert!(matches!(replayed, TakeReply::Missing), "{replayed:?}");
+}
+
 /// A restart that lost nothing (the snapshot taken after the last grant, an
 /// AOF) looks the same from inside Redis: the shard waits for its check,
 /// is found to hold every issued grant, and sells on from where it was,

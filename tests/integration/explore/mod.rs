@@ -129,8 +129,10 @@ async fn fixed_seeds_keep_every_promise_after_healing() {
 ///   it, its outbox with it, but not u3's request record, which a drop
 ///   cannot find. The rebuild, knowing nothing of the grant, sold the unit
 ///   again to u4, and u3's retry replayed its win and was told SUCCESS:
-///   the grant was REJECTED (a drop now keeps the outbox, and the pass and
-///   the rebuild count its grants on their way).
+///   the grant was REJECTED (a record is now honoured only by the shard's
+///   incarnation that wrote it, and a replayed win only once that state is
+///   verified: u3's retry hears BUSY until the check, then is decided
+///   afresh).
 /// - 1102 (three shards, four units, limit three, stalls, expiring
 ///   reservations; found on Redis 7.0 by a ten-minute search of a fresh
 ///   clone on 2026-12-07): u0's r1 borrows ordinal 1 and takes unit 0-2

@@ -13,7 +13,7 @@ use tracing::warn;
 
 use super::conn::{protocol, unavailable, Redis};
 use super::records::{encode_win, parse_recorded, parse_win};
-use super::scripts::{evalsha, number, run, ENTER, FENCE, GRAB, PEEK, SETTLE, TAKE};
+use super::scripts::{evalsha, number, run, ENTER, FENCE, GRAB, PEEK, RECORDED, SETTLE, TAKE};
 
 /// How long a shard's WAIT fence outlives its last win: long enough to
 /// never be written and gone in one pipeline, short enough that a sale's
@@ -207,14 +207,20 @@ impl StockLedger for RedisLedger {
     }
 
     async fn recorded(&self, claim: &Claim<'_>) -> Result<Option<Recorded>, StoreError> {
-        let key = self
-            .redis
-            .keys
-            .shard(claim.coupon, claim.home_shard)
-            .request(claim.user, claim.request);
+        const WHAT: &str = "recorded.lua";
+        let k = self.redis.keys.shard(claim.coupon, claim.home_shard);
         let mut conn = self.redis.conn.clone();
-        let record: Option<String> = conn.get(key).await.map_err(unavailable)?;
-        record.map(|r| parse_recorded("GET request", &r)).transpose()
+        let mut cmd = evalsha(&RECORDED, 2);
+        cmd.arg(k.meta()).arg(k.request(claim.user, claim.request));
+        let reply: Vec<String> = run(&mut conn, &RECORDED, &cmd).await.map_err(unavailable)?;
+        match reply.first().map(String::as_str) {
+            None => Ok(None),
+            Some("RECORD") => parse_recorded(WHAT, reply.get(1).map(String::as_str).unwrap_or("")).map(Some),
+            Some("UNVERIFIED") => Err(StoreError::Unavailable(
+                "the request's home shard is not verified since a restart, or not rebuilt since a loss".into(),
+            )),
+            other => Err(protocol(WHAT, format!("unknown reply {other:?}"))),
+        }
     }
 
     async fn replicated(&self, coupon: &CouponId, shard: u32, decision: Decision<'_>) -> Result<bool, StoreError> {
@@ -242,11 +248,16 @@ impl StockLedger for RedisLedger {
         let k = self.redis.keys.shard(coupon, shard);
         let (keys, args): (Vec<String>, Vec<String>) = match decision {
             Decision::Won { user, request, record } => (
-                vec![k.fence(), k.request(user, request)],
+                vec![k.fence(), k.request(user, request), k.meta()],
                 vec!["record".into(), encode_win(record)],
             ),
-            Decision::Reserved { user, request } => (vec![k.fence(), k.request(user, request)], vec!["exists".into()]),
-            Decision::Lost { user, request } => (vec![k.fence(), k.request(user, request)], vec!["lost".into()]),
+            Decision::Reserved { user, request } => (
+                vec![k.fence(), k.request(user, request), k.meta()],
+                vec!["exists".into()],
+            ),
+            Decision::Lost { user, request } => {
+                (vec![k.fence(), k.request(user, request), k.meta()], vec!["lost".into()])
+            }
             Decision::Took { user, record } => (
                 vec![k.fence(), k.taken()],
                 vec![

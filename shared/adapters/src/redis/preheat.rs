@@ -73,6 +73,9 @@ pub(super) fn meta_fields(
         // The definition version applied; changes carry higher ones.
         ("version", version.to_string()),
         ("seq", seq.to_string()),
+        // The state's incarnation, stamped on every request record it
+        // writes (lua/lib.lua, own_record()).
+        ("base", seq.to_string()),
         ("epoch", "1".to_owned()),
         ("preheated_at_ms", now_ms.to_string()),
         ("layout", LAYOUT.to_owned()),

@@ -12,6 +12,12 @@
 //!   borrow that ended without a unit, a commit refused after the risk
 //!   reservation), remembered so every copy and retry hears the same answer.
 //!
+//! As stored, each record ends `#<base>`: the incarnation of the shard's
+//! state that wrote it, which only that state honours (`own_record()` in
+//! `lua/lib.lua`). The scripts strip the stamp from what they answer, so
+//! it never reaches this side; a rebuild's records are stamped as
+//! `lua/restore_requests.lua` writes them.
+//!
 //! The domain sees only [`Recorded`] and [`GrantRecord`]; the text is this
 //! store's format, as DynamoDB's items are `super::super::dynamodb`'s.
 

@@ -24,6 +24,7 @@ macro_rules! lua {
 
 pub(super) static GRAB: LazyLock<Script> = lua!("grab.lua");
 pub(super) static PEEK: LazyLock<Script> = lua!("peek.lua");
+pub(super) static RECORDED: LazyLock<Script> = lua!("recorded.lua");
 pub(super) static ENTER: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../../lua/enter.lua")));
 pub(super) static STANDING: LazyLock<Script> = lua!("standing.lua");
 pub(super) static AVAILABLE: LazyLock<Script> = lua!("available.lua");

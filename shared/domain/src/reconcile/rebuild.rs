@@ -249,22 +249,25 @@ impl Reconciler {
             // rebuilt outbox lists them again. A surviving shard's are in
             // its own outbox, a lost one's came from their claims.
             let outbox: Vec<Grant> = on_their_way.iter().filter(|g| g.shard == shard).cloned().collect();
-            // New grant ids start at the current time in ms: far above any
-            // sequence the lost shard minted since it was created, and small
-            // enough (13 digits) that Lua's `%.14g` number formatting keeps
-            // it exact. A shard rebuilt before started at the time then and
-            // may have minted more grants than milliseconds have passed:
-            // never below its durable mark or any sequence DynamoDB holds.
-            // (The grants written back to its outbox are claimed, so among
-            // them; the max is kept for a grant listed by a surviving
-            // outbox only.)
+            // The new state's incarnation: its grant ids start above every
+            // sequence any earlier state of the shard minted, known to
+            // DynamoDB or not (a grant never claimed, in a snapshot that may
+            // come back). Each state started at its base, which the durable
+            // mark holds (raised before the state was written, below), and
+            // mints one sequence per unit it sells, so never past its base
+            // plus the total stock: above the highest sequence known plus
+            // the total, nothing was minted. At least the current time in
+            // ms, small enough (13 digits) that Lua's `%.14g` number
+            // formatting keeps it exact. Request records are stamped with
+            // it (lua/lib.lua, own_record()), so no earlier state's record
+            // is honoured here.
             let top = outbox
                 .iter()
                 .map(|g| g.grant_id.seq())
                 .chain(seen.get(&shard).copied())
                 .max()
                 .unwrap_or(0);
-            let seq_base = now_seq.max(top + 1);
+            let seq_base = now_seq.max(top + def.total_stock + 1);
             // The state starts at `seq_base`: any older one (a snapshot from
             // before this loss, restored later) is behind it and dropped,
             // not judged on what it held (a unit the rebuild gave another
