@@ -7,7 +7,8 @@
 --
 -- Shard layout (hash tag T = {cpn:<coupon>:<shard>}):
 --   T:meta    hash   definition copy, stock, token bucket, seq, epoch, soldout,
---                    run (the replication history the shard was verified on)
+--                    run (the replication history the shard was verified on),
+--                    base (the state's incarnation: incarnation())
 --   T:users   hash   user id -> number of claims whose home is this shard
 --   T:req:<user>:<requestId>  string  the stored outcome of one request (a win's is
 --                                     restored by restore_requests.lua after a loss)
@@ -16,6 +17,8 @@
 --   T:borrowing zset "<requestId>:<user>" -> reserved at (ms), open borrows
 --   T:borrowed hash  grant id -> the grant (JSON), donors' grants settled here,
 --                    until the reconciler finds them issued
+--   T:base    string the highest incarnation a rebuild staged records under
+--                    (restore_requests.lua, preheat.lua)
 --
 -- Records stored under a request id (never contain the user id), each
 -- stamped '#<base>' with the incarnation of the shard's state that wrote it
@@ -71,7 +74,7 @@ local function unstamp(stored)
 end
 
 -- The request's record if this shard's state wrote it (stamped with its
--- incarnation), else nil; `stored` is the request key's value as read (nil
+-- incarnation), or if it is a loss, else nil; `stored` is the request key's value as read (nil
 -- if none: the incarnation is read only for a record). Records outlive the
 -- state that wrote them: a drop or a loss takes the shard's state and
 -- leaves its requests' keys, and a server restarted from a snapshot older
@@ -82,8 +85,12 @@ end
 -- reservation is not in the users hash. The press is decided afresh.
 local function own_record(meta, stored)
   if not stored then return nil end
-  local base = incarnation(meta)
   local record, stamp = unstamp(stored)
+  -- A loss holds no unit and counts nothing: whichever state told it, every
+  -- copy and retry of the press hears it (grab.lua's `refuse`), and a
+  -- rebuild writes a win DynamoDB names over it.
+  if string.sub(record, 1, 2) == 'L|' then return record end
+  local base = incarnation(meta)
   if not base or stamp ~= base then return nil end
   return record
 end
@@ -100,7 +107,10 @@ end
 -- record one, so the pass counts them on their way and the rebuild keeps
 -- them.
 local function superseded(meta, mark)
-  local m = redis.call('HMGET', meta, 'base', 'total')
+  local m = redis.call('HMGET', meta, 'base', 'total', 'restored_at_ms')
+  -- A state rebuilt before incarnations were kept has none to compare:
+  -- its outbox is kept, as any drop kept it then.
+  if not m[1] and m[3] then return false end
   return tonumber(mark) > tonumber(m[1] or '0') + tonumber(m[2] or '0')
 end
 

@@ -7,14 +7,13 @@
 -- KEYS: 1 meta, 2 req
 -- Returns {} (no record of this state) | {'RECORD', record}
 --       | {'UNVERIFIED'} (the record cannot be judged yet: BUSY)
-local base = incarnation(KEYS[1])
+local stored = redis.call('GET', KEYS[2])
+local record = own_record(KEYS[1], stored)
+if record then
+  if string.sub(record, 1, 2) ~= 'L|' and not verified(KEYS[1]) then return {'UNVERIFIED'} end
+  return {'RECORD', record}
+end
 -- A record with no state under it (the shard dropped or lost, and not
 -- rebuilt yet) may be a win the rebuild restores: not known yet.
-if not base then
-  if redis.call('EXISTS', KEYS[2]) == 1 then return {'UNVERIFIED'} end
-  return {}
-end
-local record = own_record(KEYS[1], redis.call('GET', KEYS[2]))
-if not record then return {} end
-if string.sub(record, 1, 2) ~= 'L|' and not verified(KEYS[1]) then return {'UNVERIFIED'} end
-return {'RECORD', record}
+if stored and not incarnation(KEYS[1]) then return {'UNVERIFIED'} end
+return {}

@@ -435,6 +435,53 @@ async fn a_take_on_a_restarted_donor_replays_its_unit_only_once_the_donor_is_che
     assert!(matches!(replayed, TakeReply::Missing), "{replayed:?}");
 }
 
+/// A loss told to a press (its borrow found nothing: SOLD_OUT) stays the
+/// answer to every retry of it, whatever happened to the shard since: here
+/// a restart check dropped it, the rebuild started a new incarnation, and
+/// stock was added after. A loss holds no unit and counts nothing, so it is
+/// honoured whichever incarnation stored it (`own_record()` in
+/// `lua/lib.lua`); a retry decided afresh would have won the added unit.
+#[tokio::test]
+async fn a_loss_told_before_a_restart_is_the_answer_to_every_retry_after_the_rebuild() {
+    let mut server = Server::standalone();
+    let h = harness_on(&server).await;
+    let mut def = h.coupon(2);
+    def.shards = 2;
+    let coupon = h.create(&def).await;
+    for shard in 0..2 {
+        let winner = crate::support::homed_on(shard, 2, "w");
+        assert_eq!(h.grab(&coupon, &winner, "r1").await.code(), "SUCCESS");
+    }
+    let loser = crate::support::homed_on(1, 2, "l");
+    let lost = h.grab(&coupon, &loser, "r1").await;
+    assert_eq!(lost.code(), "SOLD_OUT", "{}", lost.body);
+    h.pump().await;
+    assert!(server.cmd(&["SAVE"]).contains("OK"));
+
+    server.restart_from_snapshot();
+    h.wait_for_redis().await;
+    // Every unit is issued: the restarted shards are dropped and rebuilt
+    // at once.
+    let report = h.reconcile_windowed(&def, 3_000).await;
+    assert_eq!((report.shards_waiting, report.shards_rebuilt), (0, 2), "{report:?}");
+    let path = format!("/admin/coupons/{}/stock", def.coupon_id);
+    let added = h
+        .admin_call_keyed("POST", &path, serde_json::json!({"add": 1}), "k-add")
+        .await;
+    assert_eq!(added.code(), "SUCCESS", "{}", added.body);
+    h.clock.advance(10_000);
+
+    let retry = h.grab(&coupon, &loser, "r1").await;
+    assert_eq!(retry.code(), "SOLD_OUT", "the loss it was told: {}", retry.body);
+    let again = h.grab(&coupon, &loser, "r2").await;
+    assert_eq!(
+        again.code(),
+        "SUCCESS",
+        "a new press wins the added unit: {}",
+        again.body
+    );
+}
+
 /// A restart that lost nothing (the snapshot taken after the last grant, an
 /// AOF) looks the same from inside Redis: the shard waits for its check,
 /// is found to hold every issued grant, and sells on from where it was,

@@ -441,3 +441,80 @@ async fn a_rebuild_lists_its_grants_in_an_outbox_a_dropped_shard_kept_and_the_pa
     let listed: Vec<u64> = repair.outbox(&coupon, 0).await.unwrap().iter().map(|e| e.seq).collect();
     assert_eq!(listed, vec![5, 6], "the kept grant and the claimed one, in order");
 }
+
+/// Two rebuilds of one shard at once (a coupon whose every unit is issued
+/// opens no wait to serialise them): each writes its users and its request
+/// records, stamped with its own incarnation, then the meta last. Had the
+/// lower incarnation's meta opened the shard over the higher one's records,
+/// every win restored would be another incarnation's record there, and its
+/// retry decided afresh. The higher stages its incarnation with its
+/// records, and the lower does not open the shard.
+#[tokio::test]
+async fn of_two_rebuilds_at_once_only_the_higher_incarnation_opens_the_shard() {
+    use coupon_adapters::redis::RedisRepair;
+    use coupon_domain::grant::GrantRecord;
+    use coupon_domain::ids::{GrantId, RequestId, UserId};
+    use coupon_domain::reconcile::ports::{ShardUnits, StockRepair};
+    use coupon_domain::user_coupon::Held;
+
+    let h = Harness::new().await;
+    let def = h.coupon(3);
+    let coupon = h.create(&def).await;
+    let stored = h.facts().stored(&coupon).await.unwrap().expect("stored");
+    let (user, request) = (UserId::parse("holder").unwrap(), RequestId::parse("r1").unwrap());
+    let record = GrantRecord {
+        grant_id: GrantId::new(&coupon, 0, 1),
+        ordinal: 1,
+        shard: 0,
+        granted_at_ms: 1,
+    };
+    let holders = vec![(
+        user.clone(),
+        vec![Held {
+            outcome: Some((request.clone(), record.clone())),
+        }],
+    )];
+    let keys = h.redis.keys().shard(&coupon, 0);
+    let mut conn = h.redis.connection();
+    let _: () = redis::cmd("DEL").arg(keys.meta()).query_async(&mut conn).await.unwrap();
+    let repair = RedisRepair::new(h.redis.clone());
+    let units = ShardUnits { stock: 2, expired: 0 };
+
+    // The higher run (base 2000) has written its records, not its meta yet.
+    let _: () = redis::cmd("SET")
+        .arg(keys.base())
+        .arg(2000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let lower = repair
+        .restore_shard(&stored, 0, units, 1000, &holders, &[], &[], 1)
+        .await
+        .unwrap();
+    assert!(!lower, "the lower incarnation does not open the shard");
+    let meta: bool = redis::cmd("EXISTS")
+        .arg(keys.meta())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!meta);
+    let higher = repair
+        .restore_shard(&stored, 0, units, 2000, &holders, &[], &[], 1)
+        .await
+        .unwrap();
+    assert!(higher, "the higher one does");
+    let stored_record: String = redis::cmd("GET")
+        .arg(keys.request(&user, &request))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(stored_record.ends_with("#2000"), "{stored_record}");
+    let claim = crate::support::plain_claim(&coupon, &user, &request, crate::support::T0);
+    let replayed = coupon_domain::grab::ports::StockLedger::recorded(&h.stock_ledger(), &claim)
+        .await
+        .unwrap();
+    assert!(
+        matches!(replayed, Some(coupon_domain::grab::ports::Recorded::Won(ref r)) if *r == record),
+        "{replayed:?}"
+    );
+}

@@ -126,6 +126,12 @@ impl ShardKeys {
     pub fn fence(&self) -> String {
         format!("{}:fence", self.tag)
     }
+    /// The highest incarnation a rebuild staged request records under
+    /// (`lua/restore_requests.lua`): a rebuild with a lower one does not
+    /// open the shard (`lua/preheat.lua`). Only ever raised.
+    pub fn base(&self) -> String {
+        format!("{}:base", self.tag)
+    }
     /// The stored outcome of one request. The user id is part of the key:
     /// request ids are scoped per user, and a request id cannot contain `:`,
     /// so `<user>:<request>` is unambiguous.
@@ -156,6 +162,7 @@ mod tests {
             shard.outbox(),
             shard.taken(),
             shard.fence(),
+            shard.base(),
             shard.request(&user, &req),
         ] {
             assert_eq!(hash_tag(&key), "cpn:c:3", "{key}");

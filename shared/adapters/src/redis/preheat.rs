@@ -101,8 +101,9 @@ impl Redis {
         shard: u32,
         fields: &[(&str, String)],
     ) -> Result<String, StoreError> {
-        let mut invocation = PREHEAT.key(self.keys.shard(&def.coupon_id, shard).meta());
-        invocation.arg(def.fingerprint());
+        let k = self.keys.shard(&def.coupon_id, shard);
+        let mut invocation = PREHEAT.key(k.meta());
+        invocation.key(k.base()).arg(def.fingerprint());
         for (k, v) in fields {
             invocation.arg(*k).arg(v);
         }

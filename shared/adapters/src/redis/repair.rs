@@ -249,7 +249,7 @@ impl StockRepair for RedisRepair {
             .collect();
         for chunk in outcomes.chunks(200) {
             let mut invocation = RESTORE_REQUESTS.key(k.meta());
-            invocation.arg(self.redis.outcome_ttl_ms).arg(seq_base);
+            invocation.key(k.base()).arg(self.redis.outcome_ttl_ms).arg(seq_base);
             for (user, request, record) in chunk {
                 invocation.key(k.request(user, request)).arg(encode_win(record));
             }
