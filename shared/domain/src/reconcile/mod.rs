@@ -68,6 +68,7 @@
 //! - `repair.rs`: the small repairs (settings healed, re-drives held back
 //!   from unreplicated shards, borrows finished).
 //! - `rebuild.rs`: lost shards rebuilt from DynamoDB.
+//! - `redrive.rs`: the pending grants sent again, claimed first.
 //! - `wait.rs`: the per-coupon wait for grants on their way.
 //! - `figures.rs`: the stock arithmetic, pure functions.
 //! - `report.rs`, `ports.rs`: what a pass reports; what it needs.
@@ -92,6 +93,7 @@ mod figures;
 mod pass;
 pub mod ports;
 mod rebuild;
+mod redrive;
 mod repair;
 mod report;
 mod restarts;

@@ -1,0 +1,89 @@
+//! Step 4 of a pass, its last send: the pending grants re-driven, each
+//! claimed first as the grab claims it, and a shard that minted a claimed
+//! id again dropped for its rebuild.
+
+use tracing::warn;
+
+use crate::grab::ports::ClaimError;
+use crate::grant::Grant;
+
+use super::{CouponReport, Reconciler};
+
+impl Reconciler {
+    /// Step 4: sends the pending grants again, their claims written first
+    /// as the grab writes them, within the grab's budget of a send counted
+    /// from the checks just made (`keep_unreplicated`, begun at
+    /// `checked_from`). Only the grants whose claims were written are
+    /// sent. A grant whose id is claimed for another grant was minted again
+    /// by a shard that rolled back past the first (a failover to a replica
+    /// that lacked it): that shard is dropped, and rebuilt from the claims
+    /// like a lost one, so it mints no such id again and its users' presses
+    /// are decided afresh instead of replaying a grant that can never be
+    /// sent.
+    pub(super) async fn redrive(&self, grants: &[Grant], checked_from: i64, r: &mut CouponReport) {
+        if grants.is_empty() {
+            return;
+        }
+        let budget = (self.settings.send_window_ms - 1_000).max(2_000);
+        let left = |clock: &dyn crate::clock::Clock| budget - (clock.now_ms() - checked_from).max(0);
+        let within = left(self.ports.clock.as_ref());
+        if within <= 0 {
+            r.causes
+                .push("re-drive not sent (its checks took its budget), retried next run".into());
+            return;
+        }
+        let mut answers = self.ports.claims.claim(grants, within as u64).await.into_iter();
+        let mut claimed = Vec::with_capacity(grants.len());
+        let mut reminted = std::collections::BTreeSet::new();
+        let mut unwritten = None;
+        for grant in grants {
+            match answers.next() {
+                Some(Ok(())) => claimed.push(grant.clone()),
+                Some(Err(ClaimError::Reminted(_))) => {
+                    reminted.insert(grant.grant_id.shard());
+                }
+                Some(Err(e)) => unwritten = Some(e.to_string()),
+                None => unwritten = Some("no answer".into()),
+            }
+        }
+        if let Some(e) = unwritten {
+            r.causes.push(format!(
+                "{} of {} grant(s) not re-driven (claims not written), retried next run: {e}",
+                grants.len() - claimed.len() - reminted.len(),
+                grants.len()
+            ));
+        }
+        for shard in reminted {
+            // Whatever its sequence: the shard's history is not the one the
+            // claims were written from. (Should another pass have rebuilt it
+            // meanwhile, this costs one more rebuild, nothing else.)
+            let coupon = &grants[0].coupon_id;
+            match self.ports.repair.drop_if_behind(coupon, shard, u64::MAX).await {
+                Ok(true) => {
+                    warn!(coupon = %coupon, shard, "shard minted a grant id claimed for another grant; dropped for the rebuild");
+                    r.shards_rolled_back += 1;
+                    r.causes.push(format!(
+                        "shard {shard} rolled back: it minted a grant id already claimed for another grant; dropped and rebuilt from DynamoDB"
+                    ));
+                }
+                Ok(false) => {}
+                Err(e) => r.causes.push(format!(
+                    "shard {shard} minted a claimed grant id and could not be dropped, retried next run: {e}"
+                )),
+            }
+        }
+        if claimed.is_empty() {
+            return;
+        }
+        let left = left(self.ports.clock.as_ref());
+        if left <= 0 {
+            r.causes
+                .push("re-drive failed (its budget went on the claims), retried next run".into());
+            return;
+        }
+        match self.ports.redrive.redrive(&claimed, left as u64).await {
+            Ok(n) => r.redriven = n as u64,
+            Err(e) => r.causes.push(format!("re-drive failed, retried next run: {e}")),
+        }
+    }
+}
