@@ -26,10 +26,13 @@
 --   {'BETWEEN_WAVES', nextWaveAtMs} {'LOTTERY'} (a press on a lottery)
 --   {'NOT_LOTTERY'}         (draw) the coupon is not a lottery
 --   {'RATE_LIMITED', retryAfterMs}
---   {'UNVERIFIED'}          (commit or whole, or a replayed win or
---                           reservation) the server restarted since the
---                           shard was verified: BUSY until the reconciler
---                           has checked it (verify.lua)
+--   {'UNVERIFIED'}          (commit or whole, or a replayed reservation)
+--                           the server restarted since the shard was
+--                           verified: BUSY until the reconciler has
+--                           checked it (verify.lua)
+--   {'UNVERIFIED', record}  a replayed win on such state: true only if
+--                           its grant's claim is durable (the caller reads
+--                           the claims table), else BUSY as above
 -- A refusal at admission (or in a whole claim with no risk places) stores
 -- nothing, so a retry after it is decided afresh (as Stripe does for
 -- requests that never began executing). A refusal at commit ends a press
@@ -48,10 +51,17 @@ local device, request_id, ttl = ARGV[5], ARGV[6], ARGV[7]
 -- from state that may sell (verified()): a server restarted from a
 -- snapshot holds records of wins whose claims it may be the last to know,
 -- and whether its state is the sale's is the reconciler's check to make
--- (verify.lua); a drop then leaves the record to no state.
+-- (verify.lua); a drop then leaves the record to no state. Before the
+-- check, a win is handed back with the refusal: its grant's claim, if
+-- DynamoDB holds it, makes it true whatever the check decides (a rebuild
+-- counts every claim), so the caller may replay it on that read alone.
 local prior = own_record(meta, redis.call('GET', req))
 if prior then
-  if string.sub(prior, 1, 2) ~= 'L|' and not verified(meta) then return {'UNVERIFIED'} end
+  local kind = string.sub(prior, 1, 2)
+  if kind ~= 'L|' and not verified(meta) then
+    if kind == 'W|' then return {'UNVERIFIED', prior} end
+    return {'UNVERIFIED'}
+  end
   return {'REPLAY', prior}
 end
 

@@ -284,6 +284,11 @@ impl GrantClaims for GatedClaims {
                 .collect(),
         }
     }
+
+    async fn holds(&self, grant: &Grant) -> Result<bool, StoreError> {
+        let label = format!("dynamodb.holds({})", grant.grant_id);
+        self.gate.around(label, self.inner.holds(grant)).await
+    }
 }
 
 pub struct GatedIssue {

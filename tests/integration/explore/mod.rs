@@ -192,6 +192,14 @@ const BRANCHES: &[(&str, &str)] = &[
     ("ledger.settle:Some.Closed", "a borrow settled BETWEEN_WAVES or closed"),
     ("ledger.settle:None", "a settle that found its reservation gone"),
     ("ledger.claim:Replay.Won", "a win replayed"),
+    (
+        "dynamodb.holds:true",
+        "a win a restarted shard remembers, replayed on its claim before the check",
+    ),
+    (
+        "dynamodb.holds:false",
+        "a win a restarted shard remembers, unclaimed: BUSY until the check",
+    ),
     ("ledger.claim:Rejected.SoldOut", "a sell-out"),
     ("risk.reserve:Refused.DeviceClaimLimit", "a device's claims full"),
     ("ledger.replicated:false", "a decision no replica holds yet"),

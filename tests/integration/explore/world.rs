@@ -659,6 +659,27 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
         sched.tell("a shard's node may restart from a snapshot saved before it lost its data".into());
     }
 
+    // A borrow's home node losing its data while the borrow is at its
+    // settle, the borrow's instance paused long enough for the rebuild to
+    // come first, from a stream of its own in a quarter of the seeds: the
+    // settle then finds the reservation gone on a shard that is whole
+    // again (settle.lua's GONE), which a loss at a random step almost
+    // never lines up.
+    let mut settle_rng = Rng::new(seed.rotate_left(43) ^ 0x5E77_1E05);
+    let settle_losses = settle_rng.chance(25);
+    if settle_losses {
+        sched.tell("a borrow's home node may lose its data while the borrow is at its settle".into());
+    }
+
+    // A press sent again after its home's node restarted (a client that
+    // never heard the first answer, a request duplicated on the way), from
+    // a stream of its own in half the seeds, whose nodes also save
+    // snapshots more often (so a restart brings back recent wins): its
+    // record may be one the snapshot brought back, which the state may
+    // replay before the check only on its grant's claim.
+    let mut resend_rng = Rng::new(seed.rotate_left(47) ^ 0x2E5E_4D00);
+    let resends = resend_rng.chance(50);
+
     // The schedule: a step at a time, a fault now and then between two.
     let mut repairing = false;
     while let Some(chosen) = sched.pick(&mut rng).await {
@@ -668,8 +689,17 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
             let (fault, shard) = node_fault(&world, &mut node_rng).await;
             if fault == "restart_from_snapshot" {
                 restarted(&world, &mut node_rng, shard, &mut repairing);
+                if resends {
+                    resend_after_restart(&world, &mut resend_rng, shard);
+                }
             }
             *outcome.faults.entry(fault).or_default() += 1;
+        }
+        if node_faults && resends && resend_rng.chance(shape.fault_percent * 2) {
+            let shard = resend_rng.below(world.def.shards as u64) as u32;
+            let n = world.nodes.save(shard).await;
+            sched.tell(format!("shard {shard}'s node saves a snapshot ({n} keys)"));
+            *outcome.faults.entry("snapshot_saved".into()).or_default() += 1;
         }
         if stale && stale_rng.chance(shape.fault_percent) {
             // The stream saves, loses and restarts shards itself, so a
@@ -682,6 +712,9 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
                      ({kept} keys; {lost} written since are gone; a new replication history)"
                 ));
                 restarted(&world, &mut stale_rng, shard, &mut repairing);
+                if resends {
+                    resend_after_restart(&world, &mut resend_rng, shard);
+                }
                 "restart_from_snapshot_before_loss"
             } else if stale_rng.chance(50) {
                 let n = world.nodes.save(shard).await;
@@ -693,6 +726,27 @@ async fn schedule(seed: u64, redis_url: &str) -> Outcome {
                 "shard_lost"
             };
             *outcome.faults.entry(fault.into()).or_default() += 1;
+        }
+        if let Some(home) = settle_losses
+            .then(|| settling_on(&chosen.label))
+            .flatten()
+            .filter(|_| settle_rng.chance(40))
+        {
+            // The loss's first claim asks for a repair (an invocation of
+            // its own, which lets the send window pass and rebuilds);
+            // the pause outlasts it unless the world runs out of steps.
+            let n = flush_shard(&world, home).await;
+            let picks = settle_rng.between(150, 400) as u32;
+            sched.tell(format!(
+                "FAULT: shard {home}'s node loses its data ({n} keys) while `{}` pauses for {picks} steps",
+                chosen.label
+            ));
+            let actor = world.new_actor();
+            let task = tokio::task::spawn_local(repair_actor(world.clone(), actor, 2));
+            world.tasks.lock().unwrap().insert(actor, (Role::Repair, task));
+            *outcome.faults.entry("home_lost_at_settle".into()).or_default() += 1;
+            sched.stall(chosen, picks);
+            continue;
         }
         if stalls && stall_rng.chance(shape.fault_percent) {
             // The chosen step's instance stalls (a pause, a slow network):
@@ -765,6 +819,46 @@ fn restarted(world: &Arc<World>, rng: &mut Rng, shard: u32, repairing: &mut bool
         let task = tokio::task::spawn_local(repair_actor(world.clone(), actor, passes));
         world.tasks.lock().unwrap().insert(actor, (Role::Repair, task));
     }
+}
+
+/// A press already sent by a user homed on the restarted `shard` is sent
+/// again (a copy on an instance of its own), half the time: the retry of
+/// a client that never heard the first answer.
+fn resend_after_restart(world: &Arc<World>, rng: &mut Rng, shard: u32) {
+    if world.draws() || !rng.chance(50) {
+        return;
+    }
+    let mut sent = Vec::new();
+    for (u, log) in world.users.iter().enumerate() {
+        let user = UserId::parse(&user_name(u)).unwrap();
+        if coupon_domain::grab::home_shard(&user, world.def.shards) != shard {
+            continue;
+        }
+        let log = log.lock().unwrap();
+        let pressed = log.finals.keys().chain(log.attempting.keys()).cloned();
+        sent.extend(pressed.collect::<BTreeSet<_>>().into_iter().map(|r| (u, r)));
+    }
+    if sent.is_empty() {
+        return;
+    }
+    let (user, request) = sent.swap_remove(rng.below(sent.len() as u64) as usize);
+    world
+        .sched
+        .tell(format!("{} {request} is sent again after the restart", user_name(user)));
+    let actor = world.new_actor();
+    let task = tokio::task::spawn_local(twin_actor(world.clone(), actor, user, request, 0));
+    world.tasks.lock().unwrap().insert(actor, (Role::Twin(user), task));
+}
+
+/// The home shard of a settle step (`ledger.settle(.. on shard N)`).
+fn settling_on(label: &str) -> Option<u32> {
+    label
+        .strip_prefix("ledger.settle(")?
+        .rsplit_once("on shard ")?
+        .1
+        .trim_end_matches(')')
+        .parse()
+        .ok()
 }
 
 /// How many other steps a stalled call waits for: mostly a few, now and

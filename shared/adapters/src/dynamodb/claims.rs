@@ -1,7 +1,8 @@
 //! The grants on their way ([`GrantClaims`]): each grant's claim is put in
 //! the claims table before the grant is sent, and read back, every one of
 //! a coupon's, by the rebuild of a shard Redis lost
-//! ([`DynamoClaims::all`]).
+//! ([`DynamoClaims::all`]), and one by one by a retry replaying a win a
+//! restarted shard remembers ([`GrantClaims::holds`]).
 //!
 //! A coupon's claims are spread over its [`LANES`] partitions
 //! (`CLAIMS#<coupon>#<lane>`, the lane its grant travels in), so a sale
@@ -27,7 +28,7 @@ use coupon_domain::grant::Grant;
 use coupon_domain::ids::CouponId;
 use futures::stream::{self, StreamExt, TryStreamExt};
 
-use super::items::{get_s, malformed, n, s, Item, Tables};
+use super::items::{get_s, malformed, n, s, unavailable, Item, Tables};
 use super::keys::claims_pk;
 
 /// How long a claim is kept: far longer than a coupon sells, so every
@@ -153,5 +154,23 @@ impl GrantClaims for DynamoClaims {
         // reconciler re-drives from there.)
         let puts: Vec<_> = grants.iter().map(|g| self.put_by(g, deadline)).collect();
         stream::iter(puts).buffered(AT_ONCE).collect().await
+    }
+
+    async fn holds(&self, grant: &Grant) -> Result<bool, StoreError> {
+        let found = self
+            .tables
+            .client
+            .get_item()
+            .table_name(&self.tables.claims)
+            .key("pk", s(claims_pk(&grant.coupon_id, lane_of(grant.grant_id.as_str()))))
+            .key("sk", s(grant.grant_id.as_str()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        let Some(item) = found.item() else { return Ok(false) };
+        let body = get_s(item, "grant").ok_or_else(|| malformed("grant claim", "no grant attribute"))?;
+        let claimed: Grant = serde_json::from_str(body).map_err(|e| malformed("grant claim", e.to_string()))?;
+        Ok(&claimed == grant)
     }
 }

@@ -84,6 +84,10 @@ impl StockLedger for RedisLedger {
                 _ => return Err(protocol(WHAT, "BORROW without a reservation")),
             },
             Some("ADMITTED") if step == ClaimStep::Admit => ClaimReply::Admitted,
+            Some("UNVERIFIED") if reply.len() > 1 => match parse_recorded(WHAT, record())? {
+                Recorded::Won(rec) => ClaimReply::ReplayUnverified(rec),
+                _ => return Err(protocol(WHAT, "UNVERIFIED with a record that is not a win")),
+            },
             _ => ClaimReply::Rejected(rejection(WHAT, &reply)?),
         })
     }

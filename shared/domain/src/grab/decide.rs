@@ -35,16 +35,7 @@ impl GrabService {
             // shard has no usable state: Redis lost it, or restarted and the
             // shard may have rolled back. Not "no such coupon": a retryable
             // BUSY until the reconciler rebuilds or verifies the shard.
-            ClaimReply::Rejected(Rejection::NotFound) => {
-                warn!(
-                    shard = claim.home_shard,
-                    "home shard has no usable state; BUSY until it is rebuilt or verified"
-                );
-                self.state_lost(claim.coupon, claim.now_ms).await;
-                return Err(StoreError::Unavailable(
-                    format!("shard {} of a known coupon has no usable state", claim.home_shard).into(),
-                ));
-            }
+            ClaimReply::Rejected(Rejection::NotFound) => return Err(self.unusable(claim).await),
             ClaimReply::Rejected(reason) => fresh(Err(reason)),
             ClaimReply::Borrow { ordinal, at_ms } => {
                 let outcome = self.borrow(claim, shards, ordinal, at_ms).await?;
@@ -54,6 +45,25 @@ impl GrabService {
                 outcome: Ok(rec),
                 replayed: true,
             },
+            // A win remembered by state a restart may have rolled back:
+            // its claim decides. Claimed, the grant is on its way whatever
+            // the reconciler's check makes of the shard (a rebuild counts
+            // every claim and records the request's win again), so the
+            // retry hears it now rather than BUSY until the check; not
+            // claimed, the win may be a snapshot's memory of a unit sold
+            // again since, and only the check can tell.
+            ClaimReply::ReplayUnverified(rec) => {
+                let grant = rec
+                    .clone()
+                    .into_grant(claim.coupon.clone(), claim.user.clone(), claim.request.clone());
+                if !self.claims.holds(&grant).await? {
+                    return Err(self.unusable(claim).await);
+                }
+                Decided {
+                    outcome: Ok(rec),
+                    replayed: true,
+                }
+            }
             ClaimReply::Replay(Recorded::SoldOut) => Decided {
                 outcome: Err(Rejection::SoldOut),
                 replayed: true,
@@ -73,6 +83,17 @@ impl GrabService {
                 }
             }
         })
+    }
+
+    /// The home shard has no usable state: BUSY, and the reconciler is
+    /// asked to rebuild or verify it.
+    async fn unusable(&self, claim: &Claim<'_>) -> StoreError {
+        warn!(
+            shard = claim.home_shard,
+            "home shard has no usable state; BUSY until it is rebuilt or verified"
+        );
+        self.state_lost(claim.coupon, claim.now_ms).await;
+        StoreError::Unavailable(format!("shard {} of a known coupon has no usable state", claim.home_shard).into())
     }
 
     async fn borrow(

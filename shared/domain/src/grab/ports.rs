@@ -105,6 +105,13 @@ pub enum ClaimReply {
     Admitted,
     /// The request id was seen before: its stored record, nothing changed.
     Replay(Recorded),
+    /// The request id won before, but the shard's server restarted since
+    /// the reconciler last checked it: the win may be a snapshot's memory
+    /// of a grant never claimed, whose unit a rebuild has sold again. It
+    /// is true if its grant's claim is durable ([`GrantClaims::holds`]),
+    /// whatever the check decides (a rebuild counts every claim); if not,
+    /// BUSY until the check. Nothing changed.
+    ReplayUnverified(GrantRecord),
     /// A unit of the home shard's stock was granted.
     Won(GrantRecord),
     /// The home shard is empty but others may not be: claim `ordinal` is
@@ -394,6 +401,12 @@ pub trait GrantClaims: Send + Sync {
     /// order: a grant may be sent only if its claim was written, and one
     /// claim that fails holds up none of the others.
     async fn claim(&self, grants: &[Grant], within_ms: u64) -> Vec<Result<(), ClaimError>>;
+
+    /// Whether `grant` itself is claimed (its id claimed for this very
+    /// grant), read consistently: a win a restarted shard remembers is
+    /// replayed before the restart is checked only on this read, since a
+    /// claimed grant is on its way whatever becomes of the shard.
+    async fn holds(&self, grant: &Grant) -> Result<bool, StoreError>;
 }
 
 /// Why a grant's claim was not written: either way the grant is not sent.

@@ -245,6 +245,13 @@ impl GrantClaims for FakeClaims {
         self.claimed.lock().unwrap().extend_from_slice(grants);
         grants.iter().map(|_| Ok(())).collect()
     }
+
+    async fn holds(&self, grant: &Grant) -> Result<bool, StoreError> {
+        if self.fail {
+            return Err(StoreError::Unavailable("throttled".into()));
+        }
+        Ok(self.claimed.lock().unwrap().contains(grant))
+    }
 }
 
 /// Allows every press without holding anything: isolates the grab script

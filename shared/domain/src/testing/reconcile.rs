@@ -86,6 +86,10 @@ impl GrantClaims for MemoryFacts {
             })
             .collect()
     }
+
+    async fn holds(&self, grant: &Grant) -> Result<bool, StoreError> {
+        Ok(self.claims.lock().unwrap().contains(grant))
+    }
 }
 
 #[async_trait]

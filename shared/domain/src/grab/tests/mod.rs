@@ -450,6 +450,56 @@ async fn a_win_replayed_at_admission_is_sent_again_without_reserving_or_claiming
     assert_eq!(w.queue.sent.lock().unwrap().len(), 1);
 }
 
+/// A restarted shard's memory of a win is heard before the reconciler's
+/// check only when its grant's claim is durable: claimed, the grant is on
+/// its way whatever the check decides; unclaimed, it may be a snapshot's
+/// memory of a unit sold again since, so BUSY and a repair request, and
+/// nothing is claimed or sent on its word.
+#[tokio::test]
+async fn a_win_a_restarted_shard_remembers_is_replayed_before_the_check_only_if_its_claim_is_durable() {
+    let unverified = || ScriptedLedger {
+        shards: 1,
+        admit: Some(ClaimReply::ReplayUnverified(record("c-0-1", 0))),
+        ..Default::default()
+    };
+    let grant = record("c-0-1", 0).into_grant(
+        CouponId::parse("c").unwrap(),
+        UserId::parse("u").unwrap(),
+        RequestId::parse("r").unwrap(),
+    );
+
+    let claimed = FakeClaims::default();
+    claimed.claimed.lock().unwrap().push(grant.clone());
+    let w = world_claiming(
+        unverified(),
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+        claimed,
+        MemoryCatalog::default(),
+        ManualClock::new(1_000),
+    );
+    let outcome = w.service.grab(&request("u")).await.unwrap();
+    assert!(
+        matches!(&outcome, GrabOutcome::Won { replayed: true, grant: g } if *g == grant),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        w.queue.sent.lock().unwrap().len(),
+        1,
+        "sent again, as every replayed win"
+    );
+
+    let w = world(unverified(), FakeRisk::allowing(), FakeQueue::default());
+    let outcome = w.service.grab(&request("u")).await;
+    assert!(matches!(outcome, Err(GrabError::Unavailable(_))), "{outcome:?}");
+    assert!(
+        w.claims.claimed.lock().unwrap().is_empty(),
+        "nothing claimed on its word"
+    );
+    assert!(w.queue.sent.lock().unwrap().is_empty(), "nothing sent on its word");
+    assert_eq!(w.repairs.asked.lock().unwrap().len(), 1, "the check is asked for");
+}
+
 #[tokio::test]
 async fn a_guard_that_reserves_nothing_lets_one_call_decide() {
     let ledger = Arc::new(ScriptedLedger {
