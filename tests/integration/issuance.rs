@@ -228,3 +228,52 @@ async fn a_claim_is_refused_for_another_grant_under_a_claimed_id_and_holds_up_no
     }
     assert_eq!(stored, expected, "the first grant's claim stands");
 }
+
+/// A win a restarted shard remembers is replayed before the check only on
+/// `holds`: its own claim (not another grant under its id) and no
+/// rejection of it, which a rebuild would neither count nor answer for.
+#[tokio::test]
+async fn a_grant_is_held_only_when_claimed_as_itself_and_not_rejected() {
+    use coupon_adapters::dynamodb::DynamoClaims;
+    use coupon_domain::grab::ports::GrantClaims;
+
+    let h = Harness::new().await;
+    let def = h.coupon(10);
+    let coupon = h.create(&def).await;
+    assert_eq!(h.grab(&coupon, "held", "r1").await.code(), "SUCCESS");
+    let messages = h.receive().await;
+    let first: Grant = serde_json::from_str(messages[0].body().unwrap()).unwrap();
+    let claims = DynamoClaims::new(h.tables.clone());
+    let other_user = Grant {
+        user_id: coupon_domain::ids::UserId::parse("someone-else").unwrap(),
+        ..first.clone()
+    };
+    let unclaimed = Grant {
+        grant_id: GrantId::new(&coupon, 0, 998),
+        ..first.clone()
+    };
+    assert!(claims.holds(&first).await.unwrap());
+    assert!(!claims.holds(&other_user).await.unwrap());
+    assert!(!claims.holds(&unclaimed).await.unwrap());
+
+    // A second grant for the same claim, claimed too, and rejected by the
+    // issuer as ORDINAL_TAKEN: its claim stays, and vouches for nothing.
+    let second = Grant {
+        grant_id: GrantId::new(&coupon, 0, 999),
+        ..first.clone()
+    };
+    assert!(claims.claim(std::slice::from_ref(&second), 5_000).await[0].is_ok());
+    assert!(claims.holds(&second).await.unwrap());
+    let body = serde_json::to_string(&second).unwrap();
+    let copy = redelivered(&messages[0], "second", Some(&body));
+    assert!(h.deliver(&h.issuer(), &[messages[0].clone(), copy]).await.is_empty());
+    let rejected = h.facts().rejections(&coupon).await.unwrap();
+    assert_eq!(rejected.len(), 1, "ORDINAL_TAKEN");
+    let (refused, issued) = if rejected[0].grant_id == second.grant_id {
+        (&second, &first)
+    } else {
+        (&first, &second)
+    };
+    assert!(!claims.holds(refused).await.unwrap(), "a rejected grant is not held");
+    assert!(claims.holds(issued).await.unwrap());
+}

@@ -350,9 +350,10 @@ pub fn ports(config: &Config, clients: Clients) -> Ports {
         ledger: Arc::new(RedisLedger::new(clients.redis.clone())),
         risk: Arc::new(RedisRisk::new(clients.redis, config.risk)),
         publisher: Arc::new(SqsPublisher::new(clients.sqs.clone(), config.queue_url.clone())),
-        claims: Arc::new(DynamoClaims::in_table(
+        claims: Arc::new(DynamoClaims::in_tables(
             clients.dynamodb.clone(),
             config.claims_table.clone(),
+            config.coupons_table.clone(),
         )),
         catalog: Arc::new(DynamoCatalog::new(
             clients.dynamodb.clone(),

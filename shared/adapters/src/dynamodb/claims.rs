@@ -2,7 +2,8 @@
 //! the claims table before the grant is sent, and read back, every one of
 //! a coupon's, by the rebuild of a shard Redis lost
 //! ([`DynamoClaims::all`]), and one by one by a retry replaying a win a
-//! restarted shard remembers ([`GrantClaims::holds`]).
+//! restarted shard remembers ([`GrantClaims::holds`], which also looks for
+//! the grant's rejection in the coupons table).
 //!
 //! A coupon's claims are spread over its [`LANES`] partitions
 //! (`CLAIMS#<coupon>#<lane>`, the lane its grant travels in), so a sale
@@ -29,7 +30,7 @@ use coupon_domain::ids::CouponId;
 use futures::stream::{self, StreamExt, TryStreamExt};
 
 use super::items::{get_s, malformed, n, s, unavailable, Item, Tables};
-use super::keys::claims_pk;
+use super::keys::{claims_pk, coupon_pk, grant_sk};
 
 /// How long a claim is kept: far longer than a coupon sells, so every
 /// claim of a coupon that can still be rebuilt is there.
@@ -50,15 +51,36 @@ impl DynamoClaims {
         Self { tables }
     }
 
-    /// The same, for a function that knows only the claims table among
-    /// the three (the grab).
-    pub fn in_table(client: aws_sdk_dynamodb::Client, claims_table: impl Into<String>) -> Self {
+    /// The same, for a function that knows only the claims table and the
+    /// coupons table (where a rejected grant is recorded) among the three:
+    /// the grab.
+    pub fn in_tables(
+        client: aws_sdk_dynamodb::Client,
+        claims_table: impl Into<String>,
+        coupons_table: impl Into<String>,
+    ) -> Self {
         let names = crate::config::TableNames {
-            coupons: String::new(),
+            coupons: coupons_table.into(),
             user_coupons: String::new(),
             claims: claims_table.into(),
         };
         Self::new(Tables::new(client, &names))
+    }
+
+    /// One item by key, read consistently.
+    async fn get(&self, table: &str, pk: String, sk: String) -> Result<Option<Item>, StoreError> {
+        let found = self
+            .tables
+            .client
+            .get_item()
+            .table_name(table)
+            .key("pk", s(pk))
+            .key("sk", s(sk))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(found.item().cloned())
     }
 
     fn item(grant: &Grant) -> Result<Item, PublishError> {
@@ -156,21 +178,22 @@ impl GrantClaims for DynamoClaims {
         stream::iter(puts).buffered(AT_ONCE).collect().await
     }
 
+    /// The claim, and no rejection of it: a rebuild restores no claim
+    /// whose grant the issuer rejected (nor any answer for its request),
+    /// so such a claim vouches for nothing.
     async fn holds(&self, grant: &Grant) -> Result<bool, StoreError> {
-        let found = self
-            .tables
-            .client
-            .get_item()
-            .table_name(&self.tables.claims)
-            .key("pk", s(claims_pk(&grant.coupon_id, lane_of(grant.grant_id.as_str()))))
-            .key("sk", s(grant.grant_id.as_str()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(unavailable)?;
-        let Some(item) = found.item() else { return Ok(false) };
-        let body = get_s(item, "grant").ok_or_else(|| malformed("grant claim", "no grant attribute"))?;
+        let id = grant.grant_id.as_str();
+        let (claim, rejection) = futures::try_join!(
+            self.get(
+                &self.tables.claims,
+                claims_pk(&grant.coupon_id, lane_of(id)),
+                id.to_owned()
+            ),
+            self.get(&self.tables.coupons, coupon_pk(&grant.coupon_id), grant_sk(id)),
+        )?;
+        let Some(item) = claim else { return Ok(false) };
+        let body = get_s(&item, "grant").ok_or_else(|| malformed("grant claim", "no grant attribute"))?;
         let claimed: Grant = serde_json::from_str(body).map_err(|e| malformed("grant claim", e.to_string()))?;
-        Ok(&claimed == grant)
+        Ok(&claimed == grant && rejection.is_none())
     }
 }

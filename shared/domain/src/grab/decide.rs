@@ -46,9 +46,10 @@ impl GrabService {
                 replayed: true,
             },
             // A win remembered by state a restart may have rolled back:
-            // its claim decides. Claimed, the grant is on its way whatever
-            // the reconciler's check makes of the shard (a rebuild counts
-            // every claim and records the request's win again), so the
+            // its claim decides. Claimed and not rejected, the grant is on
+            // its way whatever the reconciler's check makes of the shard (a
+            // rebuild counts such a claim and records the request's win
+            // again), so the
             // retry hears it now rather than BUSY until the check; not
             // claimed, the win may be a snapshot's memory of a unit sold
             // again since, and only the check can tell.

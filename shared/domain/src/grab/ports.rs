@@ -403,9 +403,11 @@ pub trait GrantClaims: Send + Sync {
     async fn claim(&self, grants: &[Grant], within_ms: u64) -> Vec<Result<(), ClaimError>>;
 
     /// Whether `grant` itself is claimed (its id claimed for this very
-    /// grant), read consistently: a win a restarted shard remembers is
-    /// replayed before the restart is checked only on this read, since a
-    /// claimed grant is on its way whatever becomes of the shard.
+    /// grant) and not rejected, read consistently: a win a restarted shard
+    /// remembers is replayed before the restart is checked only on this
+    /// read, since such a grant is on its way whatever becomes of the
+    /// shard (every rebuild counts it and records its request's win again;
+    /// a rejected one it neither counts nor answers for).
     async fn holds(&self, grant: &Grant) -> Result<bool, StoreError>;
 }
 

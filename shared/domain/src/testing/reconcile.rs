@@ -88,7 +88,13 @@ impl GrantClaims for MemoryFacts {
     }
 
     async fn holds(&self, grant: &Grant) -> Result<bool, StoreError> {
-        Ok(self.claims.lock().unwrap().contains(grant))
+        let rejected = self
+            .rejections
+            .lock()
+            .unwrap()
+            .get(&grant.coupon_id)
+            .is_some_and(|r| r.iter().any(|r| r.grant_id == grant.grant_id));
+        Ok(!rejected && self.claims.lock().unwrap().contains(grant))
     }
 }
 
