@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use coupon_adapters::dynamodb::DynamoIssueLedger;
 use coupon_domain::coupon::CouponDefinition;
 use coupon_domain::grant::Grant;
-use coupon_domain::ids::GrantId;
+use coupon_domain::ids::{CouponId, GrantId};
 use coupon_domain::issuance::IssueLedger;
 use coupon_domain::issuance::{IssueError, IssueOutcome};
 use coupon_domain::reconcile::ports::DurableFacts;
@@ -155,6 +155,29 @@ async fn grants_beyond_the_durable_cap_are_rejected_and_counted_never_issued() {
     assert_eq!(h.metrics.total("GrantRejected"), 2);
 }
 
+/// Delivers `first` (as `message` carries it) and `second`, another grant
+/// for the same claim, in one batch: the issuer issues one and rejects the
+/// other as ORDINAL_TAKEN (issued concurrently: either may take the key).
+/// The rejected grant, then the issued one.
+async fn issue_both<'g>(
+    h: &Harness,
+    coupon: &CouponId,
+    message: &Message,
+    first: &'g Grant,
+    second: &'g Grant,
+) -> (&'g Grant, &'g Grant) {
+    let body = serde_json::to_string(second).unwrap();
+    let copy = redelivered(message, "second", Some(&body));
+    assert!(h.deliver(&h.issuer(), &[message.clone(), copy]).await.is_empty());
+    let rejections = h.facts().rejections(coupon).await.unwrap();
+    assert_eq!(rejections.len(), 1, "ORDINAL_TAKEN");
+    if rejections[0].grant_id == second.grant_id {
+        (second, first)
+    } else {
+        (first, second)
+    }
+}
+
 /// Two grants for one claim (one user, one ordinal: a borrow resumed after
 /// a refill can make a second one): the issuer issues the first and
 /// rejects the second as ORDINAL_TAKEN, and the reconciler must know both
@@ -171,17 +194,7 @@ async fn two_grants_for_one_claim_are_both_known_to_the_durable_store() {
         grant_id: GrantId::new(&coupon, 0, 999),
         ..first.clone()
     };
-    let body = serde_json::to_string(&second).unwrap();
-    let copy = redelivered(&messages[0], "second", Some(&body));
-    assert!(h.deliver(&h.issuer(), &[messages[0].clone(), copy]).await.is_empty());
-    // The batch is issued concurrently: either grant may take the key.
-    let rejections = h.facts().rejections(&coupon).await.unwrap();
-    assert_eq!(rejections.len(), 1, "ORDINAL_TAKEN");
-    let issued = if rejections[0].grant_id == second.grant_id {
-        &first
-    } else {
-        &second
-    };
+    let (_, issued) = issue_both(&h, &coupon, &messages[0], &first, &second).await;
 
     let known = h.facts().issued_grants(&[first.clone(), second.clone()]).await.unwrap();
     assert!(known.contains(&issued.grant_id), "{known:?}");
@@ -264,16 +277,7 @@ async fn a_grant_is_held_only_when_claimed_as_itself_and_not_rejected() {
     };
     assert!(claims.claim(std::slice::from_ref(&second), 5_000).await[0].is_ok());
     assert!(claims.holds(&second).await.unwrap());
-    let body = serde_json::to_string(&second).unwrap();
-    let copy = redelivered(&messages[0], "second", Some(&body));
-    assert!(h.deliver(&h.issuer(), &[messages[0].clone(), copy]).await.is_empty());
-    let rejected = h.facts().rejections(&coupon).await.unwrap();
-    assert_eq!(rejected.len(), 1, "ORDINAL_TAKEN");
-    let (refused, issued) = if rejected[0].grant_id == second.grant_id {
-        (&second, &first)
-    } else {
-        (&first, &second)
-    };
+    let (refused, issued) = issue_both(&h, &coupon, &messages[0], &first, &second).await;
     assert!(!claims.holds(refused).await.unwrap(), "a rejected grant is not held");
     assert!(claims.holds(issued).await.unwrap());
 }
