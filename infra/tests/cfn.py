@@ -32,7 +32,7 @@ def template():
 
 
 # The template's `Cache` choices, each deployed and checked on its own.
-CACHES = ("node", "node-durable")
+CACHES = ("node", "node-durable", "memorydb")
 
 
 def resolve(node, parameters, tpl=None):
@@ -40,6 +40,21 @@ def resolve(node, parameters, tpl=None):
     (the others at their defaults): `Fn::If` on a condition of the
     template, `Ref` to a parameter, a property of `AWS::NoValue` left out;
     anything else is left as written."""
+    return _resolver(parameters, tpl)[0](node)
+
+
+def deployed(parameters, tpl=None):
+    """The resources a stack with `parameters` creates (those whose
+    `Condition` holds), resolved as `resolve` does."""
+    tpl = tpl or template()
+    value, condition = _resolver(parameters, tpl)
+    return {
+        name: value(res) for name, res in tpl["Resources"].items()
+        if "Condition" not in res or condition(res["Condition"])
+    }
+
+
+def _resolver(parameters, tpl):
     tpl = tpl or template()
     params = {k: v.get("Default") for k, v in tpl["Parameters"].items()} | parameters
 
@@ -61,7 +76,8 @@ def resolve(node, parameters, tpl=None):
 
     def value(n):
         if isinstance(n, list):
-            return [value(v) for v in n]
+            # An element set to AWS::NoValue is not in the list.
+            return [v for v in map(value, n) if v != {"Ref": "AWS::NoValue"}]
         if not isinstance(n, dict):
             return n
         if list(n) == ["If"]:
@@ -73,7 +89,7 @@ def resolve(node, parameters, tpl=None):
         resolved = {k: value(v) for k, v in n.items()}
         return {k: v for k, v in resolved.items() if v != {"Ref": "AWS::NoValue"}}
 
-    return value(node)
+    return value, condition
 
 
 def resources():

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from infra.tests.cfn import CACHES, FUNCTIONS, ROOT, required_settings, resolve, resources, template
+from infra.tests.cfn import CACHES, FUNCTIONS, ROOT, deployed, required_settings, resolve, resources, template
 
 
 def test_every_local_table_is_in_the_template_with_the_same_keys_indexes_and_ttl():
@@ -153,12 +153,19 @@ def test_every_table_has_point_in_time_recovery_and_encryption():
             assert props["SSESpecification"]["SSEEnabled"] is True, name
 
 
-def test_the_alarms_watch_what_the_design_says():
-    alarms = {
-        res["Properties"]["MetricName"]: res["Properties"]
-        for res in template()["Resources"].values()
+def watched(alarm):
+    """The metrics an alarm watches: its own, or those its queries name."""
+    if "MetricName" in alarm:
+        return {alarm["MetricName"]}
+    return {m for q in alarm["Metrics"] for m in re.findall(r"SELECT \w+\((\w+)\)", json.dumps(q.get("Expression")))}
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_the_alarms_watch_what_the_design_says(cache):
+    alarms = set().union(*(
+        watched(res["Properties"]) for res in deployed({"Cache": cache}).values()
         if res["Type"] == "AWS::CloudWatch::Alarm"
-    }
+    ))
     for metric in ("ApproximateNumberOfMessagesVisible", "Errors", "5xx", "ReconcileDriftTotal", "GrantRejected", "DatabaseMemoryUsagePercentage"):
         assert metric in alarms, metric
     # The custom metrics are the ones the code emits.
@@ -202,6 +209,49 @@ def test_a_durable_cache_is_valkey_9_with_sync_durability_and_nothing_waits_for_
         assert (env["CACHE_DURABILITY"], env["REDIS_REPLICA_ACKS"]) == ("durable", "0"), logical
     rule = json.dumps(tpl["Rules"]["DurableCacheIsValkey9"])
     assert '"Ref": "Cache"' in rule and '"9.0"' in rule and "cache.t4g.small" in rule
+
+
+def test_memorydb_is_a_durable_tls_cluster_the_functions_sign_in_to_as_its_acl_user():
+    """memorydb: MemoryDB acknowledges a write once its multi-AZ log holds
+    it, so no function waits for a replica; it authenticates ACL users, so
+    every function with Redis signs in as the stack's own user, whose
+    password is the generated secret; nothing of the node-based cluster is
+    created, and its alarms watch every node."""
+    tpl = template()
+    stack = deployed({"Cache": "memorydb", "Engine": "valkey", "EngineVersion": "7.2"})
+    assert not {"Redis", "RedisSubnetGroup", "RedisParameterGroup", "RedisMemoryAlarm"} & set(stack)
+    cluster = stack["MemoryDbCluster"]["Properties"]
+    assert cluster["TLSEnabled"] is True
+    assert cluster["ACLName"] == {"Ref": "MemoryDbAcl"}
+    assert stack["MemoryDbAcl"]["Properties"]["UserNames"] == [{"Ref": "MemoryDbUser"}]
+    user = stack["MemoryDbUser"]["Properties"]
+    assert user["AuthenticationMode"]["Type"] == "password"
+    assert "resolve:secretsmanager:${RedisAuthToken}" in json.dumps(user["AuthenticationMode"]["Passwords"])
+    assert user["AccessString"].startswith("on ")
+    group = stack[cluster["ParameterGroupName"]["Ref"]]["Properties"]
+    assert group["Parameters"]["maxmemory-policy"] == "noeviction"
+    signed_in = 0
+    for logical, res in stack.items():
+        env = res.get("Properties", {}).get("Environment", {}).get("Variables", {})
+        if "REDIS_HOST" not in env:
+            continue
+        assert env["REDIS_HOST"] == {"Fn::GetAtt": "MemoryDbCluster.ClusterEndpoint.Address"} or env["REDIS_HOST"] == {
+            "GetAtt": "MemoryDbCluster.ClusterEndpoint.Address"}, logical
+        assert env["REDIS_USERNAME"] == {"Ref": "MemoryDbUser"}, logical
+        assert env["REDIS_AUTH_SECRET_ARN"] == {"Ref": "RedisAuthToken"}, logical
+        assert (env.get("CACHE_DURABILITY"), env.get("REDIS_REPLICA_ACKS")) in {("durable", "0"), (None, None)}, logical
+        assert "ELASTICACHE_REPLICATION_GROUP_ID" not in env, logical
+        signed_in += 1
+    assert signed_in >= 4
+    reconciler = json.dumps(stack["ReconcilerFunction"]["Properties"]["Policies"])
+    assert "elasticache:" not in reconciler
+    for alarm in ("MemoryDbMemoryAlarm", "MemoryDbWriteLatencyAlarm"):
+        query = json.dumps(stack[alarm]["Properties"]["Metrics"])
+        assert '\\"AWS/MemoryDB\\"' in query and "${MemoryDbCluster}" in query, query
+    # A node-based stack creates nothing of MemoryDB.
+    assert not any(name.startswith("MemoryDb") for name in deployed({"Cache": "node"}))
+    rule = json.dumps(tpl["Rules"]["MemoryDbVersionIsOffered"])
+    assert '"7.2"' in rule and '"7.1"' in rule
 
 
 @pytest.mark.parametrize("cache", CACHES)

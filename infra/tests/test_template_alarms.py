@@ -33,6 +33,8 @@ def referenced_metrics():
     resources = template()["Resources"]
     found = []
     body = resources["Dashboard"]["Properties"]["DashboardBody"]["Sub"]
+    if isinstance(body, list):  # !Sub [text, variables]
+        body = body[0]
     dashboard = json.loads(re.sub(r"\$\{[^}]+\}", "x", body))
     for widget in dashboard["widgets"]:
         for row in widget.get("properties", {}).get("metrics", []):

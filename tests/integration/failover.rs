@@ -11,7 +11,7 @@ use coupon_domain::grab::ports::{Decision, Recorded, StockLedger};
 use coupon_domain::ids::{CouponId, RequestId, UserId};
 use coupon_domain::reconcile::ports::DurableFacts;
 
-use crate::support::{Harness, Options, ReplicaSet, Server};
+use crate::support::{unique, Harness, Options, ReplicaSet, Server};
 
 /// A harness on `server` alone, the IP limit off.
 async fn harness_on(server: &Server) -> Harness {
@@ -586,6 +586,67 @@ async fn a_sold_out_sale_answers_again_one_pass_after_a_restore_while_a_selling_
     h.pump().await;
     assert_eq!(h.facts().issued(&sold_id).await.unwrap(), 2);
     assert!(h.facts().rejections(&sold_id).await.unwrap().is_empty());
+}
+
+/// A grab on MemoryDB (the template's `Cache` `memorydb`) signs in as an ACL
+/// user of its own (`REDIS_USERNAME`), its password read from Secrets
+/// Manager at cold start, on a server whose default user is off: with the
+/// user name it starts and its connection answers; without it (the secret
+/// taken as the default user's token, as for ElastiCache) the start fails.
+#[tokio::test]
+async fn a_grab_signs_in_as_its_cache_user_with_the_password_from_secrets_manager() {
+    let server = Server::standalone();
+    let stack = crate::support::Stack::connect().await;
+    let user = "coupon-grab-test";
+    let password = format!("P{}", unique("pw").replace(|c: char| !c.is_ascii_alphanumeric(), ""));
+    let secret = aws_sdk_secretsmanager::Client::new(&stack.sdk)
+        .create_secret()
+        .name(unique("cache-user"))
+        .secret_string(&password)
+        .send()
+        .await
+        .expect("a secret on the local endpoint");
+    let arn = secret.arn().expect("the secret's ARN").to_owned();
+    let acl = |args: &[&str]| {
+        let out = server.cmd(args);
+        assert!(out.trim() == "OK", "{args:?}: {out}");
+    };
+    acl(&[
+        "ACL",
+        "SETUSER",
+        user,
+        "on",
+        &format!(">{password}"),
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    acl(&["ACL", "SETUSER", "default", "off"]);
+    let url = server.url();
+    let config = |username: Option<&str>| {
+        let mut pairs = vec![
+            ("REDIS_URL", url.as_str()),
+            ("REDIS_AUTH_SECRET_ARN", arn.as_str()),
+            ("GRANT_QUEUE_URL", "http://127.0.0.1:9/000000000000/grants"),
+            ("REPAIR_QUEUE_URL", "http://127.0.0.1:9/000000000000/repairs"),
+            ("COUPONS_TABLE", "coupons"),
+            ("CLAIMS_TABLE", "claims"),
+        ];
+        if let Some(username) = username {
+            pairs.push(("REDIS_USERNAME", username));
+        }
+        grab::Config::read(&coupon_domain::config::Env::from_pairs(&pairs)).expect("a valid configuration")
+    };
+    let clients = grab::Clients::connect(&config(Some(user)))
+        .await
+        .unwrap_or_else(|e| panic!("the cache user did not sign in: {e}"));
+    let mut conn = clients.redis.connection();
+    let who: String = redis::cmd("ACL").arg("WHOAMI").query_async(&mut conn).await.unwrap();
+    assert_eq!(who, user);
+    assert!(
+        grab::Clients::connect(&config(None)).await.is_err(),
+        "the password taken as the default user's token signed in"
+    );
 }
 
 /// A grab configured to wait for replicas (`REDIS_REPLICA_ACKS=1`, as the

@@ -90,6 +90,7 @@ fn redis_settings(url: &str, cluster: bool) -> RedisSettings {
         connect_timeout_ms: 2_000,
         cluster,
         auth_secret_arn: None,
+        username: None,
         idempotency_ttl_secs: 3_600,
         replica_acks: 0,
         replica_ack_timeout_ms: 100,

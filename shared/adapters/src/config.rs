@@ -29,6 +29,10 @@ pub struct RedisSettings {
     /// `REDIS_AUTH_SECRET_ARN`: a Secrets Manager secret holding the auth
     /// token, read once at cold start (never put in an environment variable).
     pub auth_secret_arn: Option<String>,
+    /// `REDIS_USERNAME`: the ACL user that secret is the password of
+    /// (MemoryDB authenticates users, not a cluster-wide token); unset, the
+    /// token authenticates the default user, as ElastiCache's auth token does.
+    pub username: Option<String>,
     /// `IDEMPOTENCY_TTL_SECS` (86400): how long a request id's outcome is
     /// kept in Redis. Every function that writes request records (the grab,
     /// and the reconciler finishing a borrow) reads the same setting.
@@ -122,6 +126,7 @@ impl fmt::Debug for RedisSettings {
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("cluster", &self.cluster)
             .field("auth_secret_arn", &self.auth_secret_arn)
+            .field("username", &self.username)
             .field("idempotency_ttl_secs", &self.idempotency_ttl_secs)
             .field("replica_acks", &self.replica_acks)
             .field("replica_ack_timeout_ms", &self.replica_ack_timeout_ms)
@@ -134,7 +139,7 @@ impl RedisSettings {
     /// `REDIS_URL`, or `REDIS_HOST` with `REDIS_PORT` (6379) and `REDIS_TLS`
     /// (true) as a deployment sets them from the ElastiCache resource; then
     /// `REDIS_KEY_PREFIX`, `REDIS_TIMEOUT_MS`, `REDIS_CONNECT_TIMEOUT_MS`,
-    /// `REDIS_CLUSTER`, `REDIS_AUTH_SECRET_ARN`, `IDEMPOTENCY_TTL_SECS`,
+    /// `REDIS_CLUSTER`, `REDIS_AUTH_SECRET_ARN`, `REDIS_USERNAME`, `IDEMPOTENCY_TTL_SECS`,
     /// `REDIS_REPLICA_ACKS`, `REDIS_REPLICA_ACK_TIMEOUT_MS`,
     /// `CACHE_DURABILITY`.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
@@ -171,11 +176,13 @@ impl RedisSettings {
         Ok(Some(format!("{scheme}://{host}:{port}")))
     }
 
-    /// The same settings with `token` as the password in the URL.
+    /// The same settings with `token` as the password in the URL (of
+    /// `username` when one is set).
     pub fn with_auth_token(mut self, token: &str) -> Self {
         if let Some((scheme, rest)) = self.url.split_once("://") {
             let host = rest.rsplit_once('@').map(|(_, h)| h).unwrap_or(rest);
-            self.url = format!("{scheme}://:{token}@{host}");
+            let user = self.username.as_deref().unwrap_or("");
+            self.url = format!("{scheme}://{user}:{token}@{host}");
         }
         self
     }
@@ -196,6 +203,20 @@ impl RedisSettings {
                 problem: "at most 64 characters, no braces or white space".into(),
             });
         }
+        let username = env.optional("REDIS_USERNAME").map(|u| u.trim().to_owned());
+        if let Some(user) = &username {
+            // MemoryDB's user names: a letter, then letters, digits and
+            // hyphens; nothing a URL would read as a separator.
+            let valid = user.len() <= 40
+                && user.starts_with(|c: char| c.is_ascii_alphabetic())
+                && user.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+            if !valid {
+                return Err(ConfigError::Invalid {
+                    var: "REDIS_USERNAME",
+                    problem: "a letter, then up to 39 letters, digits or hyphens".into(),
+                });
+            }
+        }
         let replica_acks = env.number("REDIS_REPLICA_ACKS", 0, 0..=5)?;
         Ok(Self {
             url,
@@ -204,6 +225,7 @@ impl RedisSettings {
             connect_timeout_ms: env.number("REDIS_CONNECT_TIMEOUT_MS", 1_000, 10..=30_000)?,
             cluster: env.flag("REDIS_CLUSTER", false)?,
             auth_secret_arn: env.optional("REDIS_AUTH_SECRET_ARN"),
+            username,
             idempotency_ttl_secs: env.number("IDEMPOTENCY_TTL_SECS", 86_400, 60..=MAX_IDEMPOTENCY_TTL_SECS)?,
             replica_acks,
             replica_ack_timeout_ms: env.number("REDIS_REPLICA_ACK_TIMEOUT_MS", 100, 1..=5_000)?,
@@ -303,6 +325,36 @@ mod tests {
         assert!(err.to_string().starts_with("REDIS_HOST is invalid"));
         let missing = RedisSettings::from_env(&Env::from_pairs(&[])).unwrap_err();
         assert_eq!(missing, ConfigError::Missing("REDIS_URL"));
+    }
+
+    #[test]
+    fn a_memorydb_user_signs_in_with_its_name_and_the_password_from_secrets_manager() {
+        let env = Env::from_pairs(&[
+            (
+                "REDIS_HOST",
+                "clustercfg.coupons.abc123.memorydb.us-east-1.amazonaws.com",
+            ),
+            ("REDIS_CLUSTER", "true"),
+            ("REDIS_USERNAME", "coupon-grab"),
+            ("REDIS_AUTH_SECRET_ARN", "arn:aws:secretsmanager:us-east-1:1:secret:app"),
+        ]);
+        let settings = RedisSettings::from_env(&env).unwrap().with_auth_token("s3cret");
+        assert_eq!(
+            settings.url,
+            "rediss://coupon-grab:s3cret@clustercfg.coupons.abc123.memorydb.us-east-1.amazonaws.com:6379"
+        );
+        assert!(!format!("{settings:?}").contains("s3cret"));
+        for bad in ["1st", "app@host", "a:b", "with space", &"x".repeat(41)] {
+            let err = RedisSettings::from_env(&Env::from_pairs(&[
+                ("REDIS_URL", "redis://127.0.0.1:6379"),
+                ("REDIS_USERNAME", bad),
+            ]))
+            .unwrap_err();
+            assert!(
+                err.to_string().starts_with("REDIS_USERNAME is invalid"),
+                "{bad:?}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The Secrets Manager adapter: the Redis auth token and the edge's origin
 //! secret, read once at cold start.
 //!
-//! ElastiCache in-transit encryption with an auth token: the token lives in
-//! Secrets Manager (the template generates it), the function reads it when it
+//! ElastiCache in-transit encryption with an auth token (or MemoryDB's ACL
+//! user with a password, `REDIS_USERNAME`): the token lives in Secrets
+//! Manager (the template generates it), the function reads it when it
 //! starts, and it never appears in an environment variable or a log line.
 
 use aws_sdk_secretsmanager::Client;
@@ -60,7 +61,8 @@ pub async fn origin_secret(
     Ok(Some((value, previous)))
 }
 
-/// Puts the token from `settings.auth_secret_arn` (if any) into the URL.
+/// Puts the token from `settings.auth_secret_arn` (if any) into the URL,
+/// as the password of `settings.username` when one is set.
 pub async fn resolve_redis_auth(
     settings: RedisSettings,
     sdk: &aws_config::SdkConfig,

@@ -125,6 +125,7 @@ impl Harness {
             connect_timeout_ms: 2_000,
             cluster: opts.cluster,
             auth_secret_arn: None,
+            username: None,
             idempotency_ttl_secs: 86_400,
             replica_acks: opts.replica_acks,
             replica_ack_timeout_ms: 200,
