@@ -235,8 +235,7 @@ def test_memorydb_is_a_durable_tls_cluster_the_functions_sign_in_to_as_its_acl_u
         env = res.get("Properties", {}).get("Environment", {}).get("Variables", {})
         if "REDIS_HOST" not in env:
             continue
-        assert env["REDIS_HOST"] == {"Fn::GetAtt": "MemoryDbCluster.ClusterEndpoint.Address"} or env["REDIS_HOST"] == {
-            "GetAtt": "MemoryDbCluster.ClusterEndpoint.Address"}, logical
+        assert env["REDIS_HOST"] == {"GetAtt": "MemoryDbCluster.ClusterEndpoint.Address"}, logical
         assert env["REDIS_USERNAME"] == {"Ref": "MemoryDbUser"}, logical
         assert env["REDIS_AUTH_SECRET_ARN"] == {"Ref": "RedisAuthToken"}, logical
         assert (env.get("CACHE_DURABILITY"), env.get("REDIS_REPLICA_ACKS")) in {("durable", "0"), (None, None)}, logical
