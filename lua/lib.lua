@@ -118,10 +118,17 @@ end
 -- id, and the id it took over from when it was promoted (zeros if never).
 -- A restart (from a snapshot, or from nothing) starts a new history; a
 -- replica shares its primary's, and a promoted replica names the old one as
--- its second id.
+-- its second id. A server that does not tell its history (ElastiCache
+-- Serverless documents INFO but not its fields; a proxy in front of the
+-- nodes answers it) has one history, 'untold', for good: its restarts are
+-- not seen here, and what a failover of it rolls back is caught by the
+-- grant claims in DynamoDB instead (a minted id or a user's ordinal
+-- claimed for another grant drops the shard; CACHE_DURABILITY=none).
 local function history()
   local info = redis.call('INFO', 'replication')
-  return string.match(info, 'master_replid:(%x+)'), string.match(info, 'master_replid2:(%x+)')
+  local id = string.match(info, 'master_replid:(%x+)')
+  if not id then return 'untold', nil end
+  return id, string.match(info, 'master_replid2:(%x+)')
 end
 
 -- The margin verify.lua's window starts with before a shard's last stamp

@@ -15,8 +15,19 @@ case "$REDIS_ENGINE" in
   valkey)
     : "${REDIS_SERVER:=valkey-server}" "${REDIS_CLI:=valkey-cli}"
     _redis_port=6380 _cluster_ports="7011 7012 7013" ;;
+  # A stand-in for ElastiCache Serverless (Valkey): one Valkey 8.0 node in
+  # cluster mode owning every slot (Serverless shows one virtual shard),
+  # without the commands Serverless lacks (WAIT, CONFIG, KEYS, DEBUG, ...:
+  # infra/local/standin.sh), volatile-lru, a 5 s script limit. The
+  # functions run on it as on Serverless: CACHE_DURABILITY=none, no
+  # replica acknowledgements, cluster mode.
+  valkey-serverless)
+    : "${REDIS_SERVER:=valkey-server}" "${REDIS_CLI:=valkey-cli}"
+    _redis_port=6382 _cluster_ports="6382"
+    : "${REDIS_CLUSTER:=true}"
+    export REDIS_CLUSTER ;;
   *)
-    echo "REDIS_ENGINE=$REDIS_ENGINE: expected redis or valkey" >&2
+    echo "REDIS_ENGINE=$REDIS_ENGINE: expected redis, valkey or valkey-serverless" >&2
     return 1 2>/dev/null || exit 1 ;;
 esac
 export REDIS_ENGINE REDIS_SERVER REDIS_CLI

@@ -29,7 +29,7 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 
 # REDIS_ENGINES (the Makefile's) lists the engines the tests run on.
-if [[ " ${REDIS_ENGINES:-redis valkey} ${REDIS_ENGINE:-} " == *" valkey "* ]] && ! command -v valkey-server >/dev/null 2>&1; then
+if [[ " ${REDIS_ENGINES:-redis valkey valkey-serverless} ${REDIS_ENGINE:-} " =~ \ valkey(-serverless)?\  ]] && ! command -v valkey-server >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1; then
     sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
     suite=""

@@ -38,17 +38,49 @@ check_engine() {
 }
 
 e=$REDIS_ENGINE
-if ! listening "$REDIS_PORT"; then
+if [ "$e" = valkey-serverless ]; then
+  # The Serverless stand-in: one node, cluster mode, every slot its own;
+  # the same server is REDIS_URL and REDIS_CLUSTER_URL.
+  . "$root/infra/local/standin.sh"
+  if ! listening "$REDIS_PORT"; then
+    rm -f "$state/standin-$REDIS_PORT.conf"
+    "$REDIS_SERVER" --port "$REDIS_PORT" --bind 127.0.0.1 --daemonize yes \
+      --cluster-enabled yes --cluster-config-file "standin-$REDIS_PORT.conf" \
+      --save '' --appendonly no --dir "$state" "${STANDIN_ARGS[@]}" \
+      --pidfile "$state/$e.pid" --logfile "$state/$e.log"
+    wait_for "$REDIS_PORT" "$REDIS_SERVER (Serverless stand-in)" "$state/$e.log"
+    "$REDIS_CLI" -p "$REDIS_PORT" CLUSTER ADDSLOTSRANGE 0 16383 >/dev/null
+    for _ in $(seq 1 100); do
+      "$REDIS_CLI" -p "$REDIS_PORT" CLUSTER INFO 2>/dev/null | grep -q 'cluster_state:ok' && break
+      sleep 0.1
+    done
+    "$REDIS_CLI" -p "$REDIS_PORT" CLUSTER INFO | grep -q 'cluster_state:ok' || {
+      echo "the Serverless stand-in did not take its slots; see $state/$e.log" >&2
+      exit 1
+    }
+    echo "$REDIS_SERVER (Serverless stand-in) on 127.0.0.1:$REDIS_PORT"
+  fi
+  "$REDIS_CLI" -p "$REDIS_PORT" INFO server 2>/dev/null | grep -q '^valkey_version:' || {
+    echo "port $REDIS_PORT is not held by a valkey-server, but REDIS_ENGINE=$e" >&2
+    exit 1
+  }
+  "$REDIS_CLI" -p "$REDIS_PORT" WAIT 0 0 2>&1 | grep -q 'unknown command' || {
+    echo "port $REDIS_PORT answers WAIT: it is not the Serverless stand-in; stop it (make down)" >&2
+    exit 1
+  }
+  cluster_ports=()
+fi
+if [ "$e" != valkey-serverless ] && ! listening "$REDIS_PORT"; then
   "$REDIS_SERVER" --port "$REDIS_PORT" --bind 127.0.0.1 --daemonize yes \
     --save '' --appendonly no --dir "$state" \
     --pidfile "$state/$e.pid" --logfile "$state/$e.log"
   wait_for "$REDIS_PORT" "$REDIS_SERVER" "$state/$e.log"
   echo "$REDIS_SERVER on 127.0.0.1:$REDIS_PORT"
 fi
-check_engine "$REDIS_PORT"
+[ "$e" = valkey-serverless ] || check_engine "$REDIS_PORT"
 
 # The cluster: three masters, no replicas, slots split evenly.
-cluster_ports=($REDIS_CLUSTER_PORTS)
+[ "$e" = valkey-serverless ] || cluster_ports=($REDIS_CLUSTER_PORTS)
 for port in "${cluster_ports[@]}"; do
   if ! listening "$port"; then
     rm -f "$state/cluster-$port.conf"
@@ -61,7 +93,7 @@ for port in "${cluster_ports[@]}"; do
   check_engine "$port"
 done
 cluster_ok() { "$REDIS_CLI" -p "${cluster_ports[0]}" cluster info 2>/dev/null | grep -q 'cluster_state:ok'; }
-if ! cluster_ok; then
+if [ "$e" != valkey-serverless ] && ! cluster_ok; then
   nodes=()
   for port in "${cluster_ports[@]}"; do nodes+=("127.0.0.1:$port"); done
   "$REDIS_CLI" --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$state/cluster-create.log" 2>&1 || {

@@ -32,7 +32,7 @@ def template():
 
 
 # The template's `Cache` choices, each deployed and checked on its own.
-CACHES = ("node", "node-durable", "memorydb")
+CACHES = ("node", "node-durable", "memorydb", "serverless")
 
 
 def resolve(node, parameters, tpl=None):

@@ -157,7 +157,9 @@ def watched(alarm):
     """The metrics an alarm watches: its own, or those its queries name."""
     if "MetricName" in alarm:
         return {alarm["MetricName"]}
-    return {m for q in alarm["Metrics"] for m in re.findall(r"SELECT \w+\((\w+)\)", json.dumps(q.get("Expression")))}
+    return {m for q in alarm["Metrics"] for m in re.findall(r"SELECT \w+\((\w+)\)", json.dumps(q.get("Expression")))} | {
+        q["MetricStat"]["Metric"]["MetricName"] for q in alarm["Metrics"] if "MetricStat" in q
+    }
 
 
 @pytest.mark.parametrize("cache", CACHES)
@@ -166,7 +168,10 @@ def test_the_alarms_watch_what_the_design_says(cache):
         watched(res["Properties"]) for res in deployed({"Cache": cache}).values()
         if res["Type"] == "AWS::CloudWatch::Alarm"
     ))
-    for metric in ("ApproximateNumberOfMessagesVisible", "Errors", "5xx", "ReconcileDriftTotal", "GrantRejected", "DatabaseMemoryUsagePercentage"):
+    # The cache's memory, as each kind publishes it (Serverless: the data
+    # stored, against the stack's ceiling).
+    memory = "BytesUsedForCache" if cache == "serverless" else "DatabaseMemoryUsagePercentage"
+    for metric in ("ApproximateNumberOfMessagesVisible", "Errors", "5xx", "ReconcileDriftTotal", "GrantRejected", memory):
         assert metric in alarms, metric
     # The custom metrics are the ones the code emits.
     code = (ROOT / "shared" / "domain" / "src").rglob("*.rs")
@@ -253,6 +258,53 @@ def test_memorydb_is_a_durable_tls_cluster_the_functions_sign_in_to_as_its_acl_u
     assert '"7.2"' in rule and '"7.1"' in rule
 
 
+def test_serverless_is_a_valkey_serverless_cache_the_functions_sign_in_to_and_claims_keep_its_told_wins():
+    """serverless: ElastiCache Serverless for Valkey has no WAIT and no
+    documented promise that a failover keeps an acknowledged write, so the
+    functions run with CACHE_DURABILITY none (their claims in DynamoDB guard
+    each user's ordinal) and wait for no replica; access is RBAC only, so
+    they sign in as the stack's own user; pre-scaling and the ECPU ceiling
+    are parameters, and its throttling and ECPU are alarmed."""
+    tpl = template()
+    stack = deployed({"Cache": "serverless", "Engine": "valkey", "EngineVersion": "8.0"})
+    assert not {"Redis", "RedisSubnetGroup", "RedisParameterGroup", "RedisMemoryAlarm", "MemoryDbCluster"} & set(stack)
+    cache = stack["ServerlessCache"]["Properties"]
+    assert cache["Engine"] == "valkey"
+    assert cache["MajorEngineVersion"] == {"Select": [0, {"Split": [".", "8.0"]}]}
+    limits = cache["CacheUsageLimits"]
+    assert limits["ECPUPerSecond"] == {"Minimum": 1000, "Maximum": 1000000}
+    assert limits["DataStorage"]["Unit"] == "GB"
+    assert cache["UserGroupId"] == {"Ref": "ServerlessCacheUserGroup"}
+    assert stack["ServerlessCacheUserGroup"]["Properties"]["UserIds"] == [{"Ref": "ServerlessCacheUser"}]
+    user = stack["ServerlessCacheUser"]["Properties"]
+    assert user["Engine"] == "valkey" and user["UserId"] == user["UserName"]
+    assert user["AuthenticationMode"]["Type"] == "password"
+    assert "resolve:secretsmanager:${RedisAuthToken}" in json.dumps(user["AuthenticationMode"]["Passwords"])
+    signed_in = 0
+    for logical, res in stack.items():
+        env = res.get("Properties", {}).get("Environment", {}).get("Variables", {})
+        if "REDIS_HOST" not in env:
+            continue
+        assert env["REDIS_HOST"] == {"GetAtt": "ServerlessCache.Endpoint.Address"}, logical
+        assert env["REDIS_PORT"] == {"GetAtt": "ServerlessCache.Endpoint.Port"}, logical
+        assert (env["REDIS_TLS"], env["REDIS_CLUSTER"]) == ("true", "true"), logical
+        assert env["REDIS_USERNAME"] == {"Ref": "ServerlessCacheUser"}, logical
+        assert (env.get("CACHE_DURABILITY"), env.get("REDIS_REPLICA_ACKS")) in {("none", "0"), (None, None)}, logical
+        assert "ELASTICACHE_REPLICATION_GROUP_ID" not in env, logical
+        signed_in += 1
+    assert signed_in >= 4
+    assert "elasticache:" not in json.dumps(stack["ReconcilerFunction"]["Properties"]["Policies"])
+    throttled = stack["ServerlessThrottledAlarm"]["Properties"]
+    assert throttled["MetricName"] == "ThrottledCmds"
+    assert throttled["Dimensions"] == [{"Name": "clusterId", "Value": {"Ref": "ServerlessCache"}}]
+    ecpu = json.dumps(stack["ServerlessEcpuAlarm"]["Properties"]["Metrics"])
+    assert "ElastiCacheProcessingUnits" in ecpu and "ServerlessMaxEcpuPerSecond" in ecpu
+    assert "BytesUsedForCache" in json.dumps(stack["ServerlessStorageAlarm"]["Properties"]["Metrics"])
+    assert not any(name.startswith("Serverless") for name in deployed({"Cache": "node"}))
+    rule = json.dumps(tpl["Rules"]["ServerlessIsValkey"])
+    assert '"Ref": "Engine"' in rule and '"valkey"' in rule
+
+
 @pytest.mark.parametrize("cache", CACHES)
 def test_every_function_with_redis_pairs_its_caches_durability_with_the_waits_its_start_accepts(cache):
     """The functions refuse to start on a pairing of `CACHE_DURABILITY`
@@ -267,7 +319,8 @@ def test_every_function_with_redis_pairs_its_caches_durability_with_the_waits_it
             assert "REDIS_REPLICA_ACKS" not in env, logical
             continue
         acks, durability = int(env["REDIS_REPLICA_ACKS"]), env["CACHE_DURABILITY"]
-        assert (durability, acks >= 1) in {("replicated", True), ("durable", False)}, (logical, durability, acks)
+        assert (durability, acks >= 1) in {("replicated", True), ("durable", False), ("none", False)}, (logical, durability, acks)
+        assert (durability == "none") == (cache == "serverless"), (logical, durability)
         paired += 1
     assert paired >= 3
 

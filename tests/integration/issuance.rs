@@ -281,3 +281,72 @@ async fn a_grant_is_held_only_when_claimed_as_itself_and_not_rejected() {
     assert!(!claims.holds(refused).await.unwrap(), "a rejected grant is not held");
     assert!(claims.holds(issued).await.unwrap());
 }
+
+/// On a cache whose failover may lose a win its user was told
+/// (`CACHE_DURABILITY=none`), a claim also holds its user's ordinal: a
+/// second grant for the same user and ordinal (a home shard that rolled
+/// back past the first and counted its user one claim short) is refused
+/// as such, with nothing of it written, until the issuer rejects the
+/// first; then the ordinal is the second's.
+#[tokio::test]
+async fn a_claim_guarding_ordinals_refuses_a_second_grant_for_a_users_ordinal_until_the_first_is_rejected() {
+    use coupon_adapters::dynamodb::DynamoClaims;
+    use coupon_domain::grab::ports::{ClaimError, GrantClaims};
+
+    let h = Harness::new().await;
+    let def = h.coupon(10);
+    let coupon = h.create(&def).await;
+    assert_eq!(h.grab(&coupon, "told", "r1").await.code(), "SUCCESS");
+    let messages = h.receive().await;
+    let first: Grant = serde_json::from_str(messages[0].body().unwrap()).unwrap();
+    let claims = DynamoClaims::new(h.tables.clone()).guarding_ordinals(true);
+    let second = Grant {
+        grant_id: GrantId::new(&coupon, 0, 999),
+        request_id: coupon_domain::ids::RequestId::parse("r2").unwrap(),
+        ..first.clone()
+    };
+    let next_ordinal = Grant {
+        grant_id: GrantId::new(&coupon, 0, 998),
+        ordinal: first.ordinal + 1,
+        ..second.clone()
+    };
+
+    let answers = claims
+        .claim(&[first.clone(), second.clone(), next_ordinal], 5_000)
+        .await;
+
+    assert!(answers[0].is_ok(), "the grab's own claim again: {:?}", answers[0]);
+    assert!(
+        matches!(&answers[1], Err(ClaimError::OrdinalClaimed(id)) if *id == second.grant_id),
+        "{:?}",
+        answers[1]
+    );
+    assert!(answers[2].is_ok(), "another ordinal of the same user: {:?}", answers[2]);
+    assert!(
+        !claims.holds(&second).await.unwrap(),
+        "nothing of the refused claim is written"
+    );
+
+    // The first grant rejected by the issuer (its ordinal taken by a
+    // second claimed without the guard, issued first): the ordinal is free.
+    let unguarded = DynamoClaims::new(h.tables.clone());
+    assert!(unguarded.claim(std::slice::from_ref(&second), 5_000).await[0].is_ok());
+    let (refused, issued) = issue_both(&h, &coupon, &messages[0], &first, &second).await;
+    let (refused, issued) = (refused.clone(), issued.clone());
+    let third = Grant {
+        grant_id: GrantId::new(&coupon, 0, 997),
+        request_id: coupon_domain::ids::RequestId::parse("r3").unwrap(),
+        ..first.clone()
+    };
+    let answer = claims.claim(std::slice::from_ref(&third), 5_000).await.remove(0);
+    if refused.grant_id == first.grant_id {
+        // The guard names the first, which counts nowhere now: taken over.
+        assert!(answer.is_ok(), "{answer:?}");
+    } else {
+        assert!(
+            matches!(answer, Err(ClaimError::OrdinalClaimed(_))),
+            "{answer:?} (issued {})",
+            issued.grant_id
+        );
+    }
+}

@@ -339,6 +339,7 @@ pub struct Ports {
 /// benchmark swaps single ports (an in-memory queue; no risk checks for its
 /// script-only comparison) and keeps the rest of the wiring.
 pub fn ports(config: &Config, clients: Clients) -> Ports {
+    let guard_ordinals = clients.redis.loses_acknowledged_writes();
     let center = CenterPorts {
         live: Arc::new(DynamoLiveCoupons::new(
             clients.dynamodb.clone(),
@@ -350,11 +351,14 @@ pub fn ports(config: &Config, clients: Clients) -> Ports {
         ledger: Arc::new(RedisLedger::new(clients.redis.clone())),
         risk: Arc::new(RedisRisk::new(clients.redis, config.risk)),
         publisher: Arc::new(SqsPublisher::new(clients.sqs.clone(), config.queue_url.clone())),
-        claims: Arc::new(DynamoClaims::in_tables(
-            clients.dynamodb.clone(),
-            config.claims_table.clone(),
-            config.coupons_table.clone(),
-        )),
+        claims: Arc::new(
+            DynamoClaims::in_tables(
+                clients.dynamodb.clone(),
+                config.claims_table.clone(),
+                config.coupons_table.clone(),
+            )
+            .guarding_ordinals(guard_ordinals),
+        ),
         catalog: Arc::new(DynamoCatalog::new(
             clients.dynamodb.clone(),
             config.coupons_table.clone(),

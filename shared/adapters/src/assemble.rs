@@ -28,7 +28,7 @@ pub fn reconcile_ports(
         repair: Arc::new(RedisRepair::new(redis.clone())),
         ledger: Arc::new(RedisLedger::new(redis.clone())),
         redrive: Arc::new(redrive),
-        claims: Arc::new(DynamoClaims::new(tables.clone())),
+        claims: Arc::new(DynamoClaims::new(tables.clone()).guarding_ordinals(redis.loses_acknowledged_writes())),
         blacklist: Arc::new(DynamoBlacklist::new(tables.clone())),
         flags: Arc::new(RedisBlacklistFlags::new(redis.clone())),
         live: Arc::new(RedisLive::new(redis.clone())),

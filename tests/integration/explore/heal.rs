@@ -22,11 +22,7 @@ pub(super) async fn flush_shard(world: &World, shard: u32) -> usize {
     let tag = world.h.redis.keys().shard(&world.def.coupon_id, shard).meta();
     let tag = tag.trim_end_matches(":meta");
     let mut conn = world.h.redis.connection();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{tag}*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap_or_default();
+    let keys = crate::support::keys_matching(&mut conn, &format!("{tag}*")).await;
     for key in &keys {
         let _: Result<(), _> = redis::cmd("DEL").arg(key).query_async(&mut conn).await;
     }
@@ -95,7 +91,23 @@ fn group_and_body(m: &aws_sdk_sqs::types::Message) -> (String, String) {
 /// name (`nodes.rs` says what each models) and the shard whose node it hit.
 pub(super) async fn node_fault(world: &World, rng: &mut Rng) -> (String, u32) {
     let shard = rng.below(world.def.shards as u64) as u32;
-    let name = match rng.below(5) {
+    // On the Serverless stand-in a sixth kind, the replica catching up, and
+    // no restart from a snapshot (nodes.rs says why): a failover instead.
+    let pick = match (
+        world.nodes.asynchronous,
+        rng.below(if world.nodes.asynchronous { 6 } else { 5 }),
+    ) {
+        (true, 5) => {
+            let n = world.nodes.caught_up(shard).await;
+            world.sched.tell(format!(
+                "shard {shard}'s replica catches up with its primary ({n} keys)"
+            ));
+            return ("replica_caught_up".into(), shard);
+        }
+        (true, 3) => 2,
+        (_, pick) => pick,
+    };
+    let name = match pick {
         0 | 1 => {
             let n = world.nodes.save(shard).await;
             world
@@ -250,7 +262,11 @@ pub(super) async fn heal(world: &World) {
         world.sched.tell(format!(
             "heal {round}: drained {drained}, {}",
             report
-                .map(|r| summary(&r.coupons))
+                .map(|r| format!(
+                    "{} {:?}",
+                    summary(&r.coupons),
+                    r.coupons.iter().flat_map(|c| c.causes.clone()).collect::<Vec<_>>()
+                ))
                 .unwrap_or_else(|| "pass failed".into())
         ));
         if quiet && !undecided && drained == 0 {

@@ -19,6 +19,16 @@
 //!   no longer matches and its `suspect` stamp is gone, as after a real
 //!   restart): the shard sells nothing until the reconciler's check.
 //!
+//! On the Serverless stand-in (`REDIS_ENGINE=valkey-serverless`) nothing
+//! waits for a replica (`REDIS_REPLICA_ACKS` 0, `CACHE_DURABILITY=none`):
+//! replication is asynchronous, so the replica holds the shard as it was
+//! when it last *caught up*, a step the seed picks (heal.rs's
+//! `node_fault`), whatever any caller was told since. A failover restores
+//! that image on the same history, as before. A restart is not drawn
+//! there: Serverless replaces a failed node from its replicas, not from a
+//! snapshot, and tells no restart (`INFO` there does not name its
+//! replication history; lib.lua's `history()`).
+//!
 //! Not modelled: a node holding several shards (one `WAIT` acknowledging
 //! them together makes a failover lose less, never more), the risk keys'
 //! nodes (users', devices' limits are not rolled back), a replica ahead of
@@ -52,18 +62,23 @@ pub(super) struct Nodes {
     /// when its last snapshot was saved: a snapshot older than a loss
     /// holds a state the rebuild that followed the loss superseded.
     losses: Mutex<BTreeMap<u32, (u32, u32)>>,
+    /// Replication is asynchronous and nothing waits for it (the
+    /// Serverless stand-in): a `WAIT` never updates the replica, a catch-up
+    /// does ([`Self::caught_up`]).
+    pub(super) asynchronous: bool,
 }
 
 impl Nodes {
     /// The sale's nodes, their replicas and snapshots holding the shards
     /// as they are now (the sale was created and acknowledged).
-    pub(super) async fn new(redis: Redis, coupon: CouponId, shards: u32) -> Self {
+    pub(super) async fn new(redis: Redis, coupon: CouponId, shards: u32, asynchronous: bool) -> Self {
         let nodes = Self {
             redis,
             coupon,
             replica: Mutex::new(BTreeMap::new()),
             saved: Mutex::new(BTreeMap::new()),
             losses: Mutex::new(BTreeMap::new()),
+            asynchronous,
         };
         for shard in 0..shards {
             let image = nodes.image(shard).await;
@@ -80,11 +95,7 @@ impl Nodes {
 
     async fn keys(&self, shard: u32) -> Vec<String> {
         let mut conn = self.redis.connection();
-        redis::cmd("KEYS")
-            .arg(format!("{}*", self.tag(shard)))
-            .query_async(&mut conn)
-            .await
-            .unwrap_or_default()
+        crate::support::keys_matching(&mut conn, &format!("{}*", self.tag(shard))).await
     }
 
     /// The shard's keys now.
@@ -110,11 +121,20 @@ impl Nodes {
     /// A replica acknowledged every write on `shard` so far (a `WAIT`
     /// answered): it holds the shard as it is now.
     pub(super) async fn acknowledged(&self, coupon: &CouponId, shard: u32) {
-        if coupon != &self.coupon {
+        if coupon != &self.coupon || self.asynchronous {
             return;
         }
+        self.caught_up(shard).await;
+    }
+
+    /// The shard's replica caught up with its primary (asynchronous
+    /// replication, at a step the seed picks): it holds the shard as it
+    /// is now.
+    pub(super) async fn caught_up(&self, shard: u32) -> usize {
         let image = self.image(shard).await;
+        let n = image.len();
         self.replica.lock().unwrap().insert(shard, image);
+        n
     }
 
     /// The shard's node lost its data: its replica, resynchronising from

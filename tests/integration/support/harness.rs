@@ -55,7 +55,9 @@ impl Default for Options {
             queue_url: None,
             trust_identity_headers: false,
             max_body_bytes: 4_096,
-            cluster: false,
+            // The Serverless stand-in is a cluster of one node: every
+            // harness speaks cluster mode to it, as the functions do.
+            cluster: std::env::var("REDIS_CLUSTER").is_ok_and(|v| v == "true"),
             redis_url: None,
             key_prefix: None,
             replica_acks: 0,
@@ -123,7 +125,8 @@ impl Harness {
             key_prefix: opts.key_prefix.clone().unwrap_or_else(|| format!("{}:", unique("t"))),
             response_timeout_ms: 2_000,
             connect_timeout_ms: 2_000,
-            cluster: opts.cluster,
+            // A test's own server (`redis_url`) is never a cluster.
+            cluster: opts.cluster && opts.redis_url.is_none(),
             auth_secret_arn: None,
             username: None,
             idempotency_ttl_secs: 86_400,
@@ -399,7 +402,7 @@ impl Harness {
                 .next()
                 .unwrap()
         );
-        let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut conn).await.unwrap();
+        let keys = super::keys_matching(&mut conn, &pattern).await;
         // One key at a time: on a cluster the keys live in many slots.
         for key in keys {
             let _: () = redis::cmd("DEL").arg(key).query_async(&mut conn).await.unwrap();

@@ -30,3 +30,31 @@ pub use harness::{homed_on, plain_claim, Harness, Options};
 pub use replica::{ReplicaSet, Server};
 pub use stack::{unique, Stack, HOUR, T0};
 pub use stream::{CouponStream, TestBus};
+
+/// The keys matching `pattern`: `KEYS` where the server has it (a
+/// multi-node cluster answers it from every master), else a `SCAN` (the
+/// Serverless stand-in, like ElastiCache Serverless, has no `KEYS`, and
+/// shows one node).
+pub async fn keys_matching(conn: &mut coupon_adapters::redis::RedisConnection, pattern: &str) -> Vec<String> {
+    if let Ok(keys) = redis::cmd("KEYS").arg(pattern).query_async::<Vec<String>>(conn).await {
+        return keys;
+    }
+    let mut found = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .expect("SCAN");
+        found.extend(batch);
+        if next == 0 {
+            return found;
+        }
+        cursor = next;
+    }
+}

@@ -22,6 +22,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use coupon_domain::barrier::{lane_of, LANES};
 use coupon_domain::error::{PublishError, StoreError};
 use coupon_domain::grab::ports::{ClaimError, GrantClaims};
@@ -30,7 +32,7 @@ use coupon_domain::ids::CouponId;
 use futures::stream::{self, StreamExt, TryStreamExt};
 
 use super::items::{get_s, malformed, n, s, unavailable, Item, Tables};
-use super::keys::{claims_pk, coupon_pk, grant_sk};
+use super::keys::{claims_pk, coupon_pk, grant_sk, ordinal_sk, ordinals_pk};
 
 /// How long a claim is kept: far longer than a coupon sells, so every
 /// claim of a coupon that can still be rebuilt is there.
@@ -43,12 +45,31 @@ const AT_ONCE: usize = 16;
 #[derive(Debug, Clone)]
 pub struct DynamoClaims {
     tables: Tables,
+    ordinals: bool,
 }
 
 impl DynamoClaims {
     /// Claims in the claims table of `tables`.
     pub fn new(tables: Tables) -> Self {
-        Self { tables }
+        Self {
+            tables,
+            ordinals: false,
+        }
+    }
+
+    /// Claims that also guard the user's ordinal (`guard`: the cache's
+    /// acknowledged writes may be lost, `CACHE_DURABILITY=none`): each
+    /// claim and its user's ordinal are written in one transaction, and a
+    /// grant whose user and ordinal are claimed for another grant that was
+    /// not rejected is refused ([`ClaimError::OrdinalClaimed`]). On such a
+    /// cache a failover may roll a home shard back past a win its user
+    /// was told, so the shard counts the user one claim short and would
+    /// mint the same ordinal again; the grant id alone (the other
+    /// condition) catches only a unit sold twice. Elsewhere a replica or
+    /// the cache's log holds every told win, and the single put is enough.
+    pub fn guarding_ordinals(mut self, guard: bool) -> Self {
+        self.ordinals = guard;
+        self
     }
 
     /// The same, for a function that knows only the claims table and the
@@ -101,6 +122,9 @@ impl DynamoClaims {
     /// the first) must not have the second grant sent as if it were the
     /// first, which SQS would drop as a duplicate.
     async fn put(&self, grant: &Grant) -> Result<(), ClaimError> {
+        if self.ordinals {
+            return self.put_guarded(grant).await;
+        }
         let item = Self::item(grant).map_err(ClaimError::Unavailable)?;
         let body = item.get("grant").cloned().unwrap_or_else(|| s(""));
         let result = self
@@ -120,6 +144,112 @@ impl DynamoClaims {
                 Err(ClaimError::Reminted(grant.grant_id.clone()))
             }
             Err(e) => Err(ClaimError::Unavailable(PublishError(Box::new(e)))),
+        }
+    }
+
+    /// The claim and its user's ordinal, in one transaction: both
+    /// written (or found already written for this grant), or neither. An
+    /// ordinal held by a grant the issuer rejected (it counts nowhere, and
+    /// its user's next claim takes the same ordinal) is taken over, once.
+    async fn put_guarded(&self, grant: &Grant) -> Result<(), ClaimError> {
+        let claim = Self::item(grant).map_err(ClaimError::Unavailable)?;
+        let body = claim.get("grant").cloned().unwrap_or_else(|| s(""));
+        let ordinal = HashMap::from([
+            (
+                "pk".to_owned(),
+                s(ordinals_pk(&grant.coupon_id, lane_of(grant.user_id.as_str()))),
+            ),
+            ("sk".to_owned(), s(ordinal_sk(&grant.user_id, grant.ordinal))),
+            ("grant_id".to_owned(), s(grant.grant_id.as_str())),
+            ("expires_at".to_owned(), n(grant.granted_at_ms / 1000 + KEEP_SECONDS)),
+        ]);
+        let key = |item: &Item| {
+            HashMap::from([
+                ("pk".to_owned(), item["pk"].clone()),
+                ("sk".to_owned(), item["sk"].clone()),
+            ])
+        };
+        let ordinal_key = key(&ordinal);
+        let mut holder: Option<String> = None;
+        loop {
+            let unavailable =
+                |e: aws_sdk_dynamodb::error::BuildError| ClaimError::Unavailable(PublishError(Box::new(e)));
+            let put_claim = Put::builder()
+                .table_name(&self.tables.claims)
+                .set_item(Some(claim.clone()))
+                .condition_expression("attribute_not_exists(pk) OR #g = :g")
+                .expression_attribute_names("#g", "grant")
+                .expression_attribute_values(":g", body.clone())
+                .build()
+                .map_err(unavailable)?;
+            let mut put_ordinal = Put::builder()
+                .table_name(&self.tables.claims)
+                .set_item(Some(ordinal.clone()))
+                .expression_attribute_names("#i", "grant_id")
+                .expression_attribute_values(":i", s(grant.grant_id.as_str()));
+            put_ordinal = match &holder {
+                None => put_ordinal.condition_expression("attribute_not_exists(pk) OR #i = :i"),
+                Some(rejected) => put_ordinal
+                    .condition_expression("#i = :i OR #i = :r")
+                    .expression_attribute_values(":r", s(rejected.as_str())),
+            };
+            let result = self
+                .tables
+                .client
+                .transact_write_items()
+                .transact_items(TransactWriteItem::builder().put(put_claim).build())
+                .transact_items(
+                    TransactWriteItem::builder()
+                        .put(put_ordinal.build().map_err(unavailable)?)
+                        .build(),
+                )
+                .send()
+                .await;
+            let err = match result {
+                Ok(_) => return Ok(()),
+                Err(e) => e,
+            };
+            let reasons = match &err {
+                SdkError::ServiceError(se) => match se.err() {
+                    TransactWriteItemsError::TransactionCanceledException(ex) => ex.cancellation_reasons().to_vec(),
+                    _ => Vec::new(),
+                },
+                _ => Vec::new(),
+            };
+            let failed = |i: usize| reasons.get(i).and_then(|r| r.code()) == Some("ConditionalCheckFailed");
+            if failed(0) {
+                return Err(ClaimError::Reminted(grant.grant_id.clone()));
+            }
+            if !failed(1) || holder.is_some() {
+                if failed(1) {
+                    return Err(ClaimError::OrdinalClaimed(grant.grant_id.clone()));
+                }
+                return Err(ClaimError::Unavailable(PublishError(Box::new(err))));
+            }
+            // The ordinal is another grant's: taken over only if the
+            // issuer rejected that grant (then nothing counts it).
+            let held = self
+                .get(
+                    &self.tables.claims,
+                    get_s(&ordinal_key, "pk").unwrap_or_default().to_owned(),
+                    get_s(&ordinal_key, "sk").unwrap_or_default().to_owned(),
+                )
+                .await
+                .map_err(|e| ClaimError::Unavailable(PublishError(Box::new(e))))?;
+            let Some(id) = held.as_ref().and_then(|i| get_s(i, "grant_id")).map(str::to_owned) else {
+                // Gone meanwhile (expired): the next attempt writes it.
+                holder = None;
+                continue;
+            };
+            let rejected = self
+                .get(&self.tables.coupons, coupon_pk(&grant.coupon_id), grant_sk(&id))
+                .await
+                .map_err(|e| ClaimError::Unavailable(PublishError(Box::new(e))))?
+                .is_some();
+            if !rejected {
+                return Err(ClaimError::OrdinalClaimed(grant.grant_id.clone()));
+            }
+            holder = Some(id);
         }
     }
 

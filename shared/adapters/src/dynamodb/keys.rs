@@ -57,6 +57,20 @@ pub fn claims_pk(coupon: &CouponId, lane: u32) -> String {
     format!("CLAIMS#{coupon}#{lane}")
 }
 
+/// The partition of the user ordinals of a coupon's grants on their way in
+/// lane `lane` (the user's lane; sort key [`ordinal_sk`]), written beside
+/// each claim where claims guard ordinals (`CACHE_DURABILITY=none`). A
+/// partition of its own, so a rebuild's read of the claims never meets
+/// them.
+pub fn ordinals_pk(coupon: &CouponId, lane: u32) -> String {
+    format!("ORDINALS#{coupon}#{lane}")
+}
+
+/// The sort key of a user's n-th claim of a coupon among its ordinals.
+pub fn ordinal_sk(user: &UserId, ordinal: u32) -> String {
+    format!("{user}#{ordinal:03}")
+}
+
 /// The partition of a lottery's entries homed on `shard`.
 pub fn entries_pk(coupon: &CouponId, shard: u32) -> String {
     format!("ENTRIES#{coupon}#{shard}")

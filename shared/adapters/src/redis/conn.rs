@@ -14,7 +14,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use super::keys::KeySpace;
-use crate::config::RedisSettings;
+use crate::config::{CacheDurability, RedisSettings};
 
 /// A connection to a standalone server or to a cluster. Cheap to clone:
 /// clones share the underlying multiplexed connections.
@@ -75,6 +75,7 @@ pub struct Redis {
     pub(super) outcome_ttl_ms: u64,
     pub(super) replica_acks: u32,
     pub(super) replica_ack_timeout_ms: u64,
+    pub(super) durability: CacheDurability,
 }
 
 impl Redis {
@@ -110,6 +111,7 @@ impl Redis {
             outcome_ttl_ms: settings.idempotency_ttl_secs.saturating_mul(1000),
             replica_acks: settings.replica_acks,
             replica_ack_timeout_ms: settings.replica_ack_timeout_ms,
+            durability: settings.durability,
         };
         redis.check_replica_acks().await?;
         Ok(redis)
@@ -140,6 +142,16 @@ impl Redis {
             .into()),
             Err(e) => Err(unavailable(e).into()),
         }
+    }
+
+    /// Whether a failover of this cache may lose a write it acknowledged
+    /// with nothing waiting for a replica (`CACHE_DURABILITY=none`:
+    /// ElastiCache Serverless, or a server without replicas): then the
+    /// grant claims in DynamoDB also guard each user's ordinal
+    /// (`DynamoClaims::guarding_ordinals`), the durable step that keeps a
+    /// told win where no replica vouches for it.
+    pub fn loses_acknowledged_writes(&self) -> bool {
+        self.durability == CacheDurability::None
     }
 
     /// The key layout this store uses (tests and the reconciler read keys).

@@ -59,6 +59,11 @@ impl GrabService {
     /// count it and ask for its rebuild now, once per window per instance.
     pub(super) async fn state_lost(&self, coupon: &CouponId, now_ms: i64) {
         self.metrics.count(Metric::ShardMissing, None, 1);
+        self.ask_repair(coupon, now_ms).await;
+    }
+
+    /// Asks for the coupon's repair now, once per window per instance.
+    pub(super) async fn ask_repair(&self, coupon: &CouponId, now_ms: i64) {
         if !self.repair_asked.first_in_window(coupon, now_ms) {
             return;
         }

@@ -421,6 +421,16 @@ pub enum ClaimError {
     /// meets this.
     #[error("grant id {0} is claimed for another grant: its shard minted the id again")]
     Reminted(GrantId),
+    /// The grant's user and ordinal are claimed for another grant that is
+    /// on its way or issued (claims that guard ordinals: a cache whose
+    /// acknowledged writes a failover may lose, `CACHE_DURABILITY=none`).
+    /// The user's home shard rolled back past a win its user was told and
+    /// counted the user one claim short: sent, this grant would be
+    /// rejected at the issuer (`ORDINAL_TAKEN`) after its user heard
+    /// SUCCESS. Like [`Self::Reminted`], only the shard's drop and rebuild
+    /// (which counts the claim) ends it.
+    #[error("grant {0}'s user and ordinal are claimed for another grant: its home shard rolled back")]
+    OrdinalClaimed(GrantId),
     /// Not written in time, or refused (throttled, unavailable): a retry
     /// may write it.
     #[error("the grant's claim was not written")]

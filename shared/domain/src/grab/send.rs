@@ -71,6 +71,14 @@ impl GrabService {
             warn!(grant = %grant.grant_id, error = %e, source = ?std::error::Error::source(&e),
                 "grant's claim not written, so not sent; the caller hears BUSY and retries, the outbox keeps it");
             self.metrics.count(Metric::GrantQueueFailed, None, 1);
+            if matches!(e, ClaimError::Reminted(_) | ClaimError::OrdinalClaimed(_)) {
+                // A shard rolled back past a grant already claimed: no
+                // retry can write this one until the reconciler drops and
+                // rebuilds the shard, which its re-drive of this grant
+                // does (redrive.rs). Asked now, not at the next scheduled
+                // pass: every retry of this press is BUSY until then.
+                self.ask_repair(&req.coupon, claim.now_ms).await;
+            }
             return Err(GrabError::NotQueued(PublishError(Box::new(e))));
         }
         let left = self.budget_left(claim, &grant)?;

@@ -8,7 +8,7 @@ use tracing::{instrument, warn};
 use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::StoreError;
 use crate::grant::Grant;
-use crate::ids::GrantId;
+use crate::ids::{GrantId, UserId};
 
 use super::ports::OutboxEntry;
 use super::wait::Gate;
@@ -134,7 +134,7 @@ impl Reconciler {
         // land after a rebuild trusted the send window.
         let checked_from = self.ports.clock.now_ms();
         self.keep_unreplicated(def, &mut to_redrive, &mut r, now).await;
-        self.redrive(&to_redrive, checked_from, &mut r).await;
+        self.redrive(&to_redrive, def.shards, checked_from, &mut r).await;
         survey.surviving.pending = pending;
         self.rebuild_or_wait(&stored, survey, &mut gate, &mut r, now).await?;
         for shard in 0..def.shards {
@@ -216,8 +216,13 @@ impl Reconciler {
     /// ordinal) was minted again by a state that had rolled back (a replica
     /// promoted without the first, which then sold on). It took a unit the
     /// first grant had taken: not on its way, never re-driven, trimmed, so
-    /// the rebuild lists the claimed grant instead. (A present shard's are
-    /// found by the re-drive's claim, which drops the shard.)
+    /// the rebuild lists the claimed grant instead. So was an unclaimed
+    /// entry whose user and ordinal DynamoDB has claimed for another grant
+    /// the issuer did not reject: its home shard had rolled back past the
+    /// first and counted its user one claim short, and where claims guard
+    /// ordinals (`ClaimError::OrdinalClaimed`) it can never be claimed.
+    /// (A present shard's are found by the re-drive's claim, which drops
+    /// the shard.)
     async fn void_reminted(
         &self,
         def: &CouponDefinition,
@@ -230,16 +235,25 @@ impl Reconciler {
             return Ok(());
         }
         let claims = self.ports.facts.claims(&def.coupon_id).await?;
+        let rejections = self.ports.facts.rejections(&def.coupon_id).await?;
+        let rejected: HashSet<&GrantId> = rejections.iter().map(|g| &g.grant_id).collect();
         let claimed: HashMap<&GrantId, &Grant> = claims.iter().map(|g| (&g.grant_id, g)).collect();
+        let ordinals: HashMap<(&UserId, u32), &GrantId> = claims
+            .iter()
+            .filter(|g| !rejected.contains(&g.grant_id))
+            .map(|g| ((&g.user_id, g.ordinal), &g.grant_id))
+            .collect();
         for (shard, entries) in unsent.outboxes.iter_mut() {
             if !kept(shard, entries) {
                 continue;
             }
-            let (void, live): (Vec<OutboxEntry>, Vec<OutboxEntry>) = entries.drain(..).partition(|e| {
-                claimed
-                    .get(&e.grant.grant_id)
-                    .is_some_and(|c| c.user_id != e.grant.user_id || c.ordinal != e.grant.ordinal)
-            });
+            let (void, live): (Vec<OutboxEntry>, Vec<OutboxEntry>) =
+                entries.drain(..).partition(|e| match claimed.get(&e.grant.grant_id) {
+                    Some(c) => c.user_id != e.grant.user_id || c.ordinal != e.grant.ordinal,
+                    None => ordinals
+                        .get(&(&e.grant.user_id, e.grant.ordinal))
+                        .is_some_and(|holder| **holder != e.grant.grant_id),
+                });
             *entries = live;
             if void.is_empty() {
                 continue;
@@ -249,7 +263,7 @@ impl Reconciler {
             warn!(coupon = %def.coupon_id, shard, grants = void.len(),
                 "dropped shard's outbox listed grant ids claimed for other grants; trimmed");
             r.causes.push(format!(
-                "{} grant(s) in dropped shard {shard}'s outbox reuse ids claimed for other grants; trimmed, not re-driven",
+                "{} grant(s) in dropped shard {shard}'s outbox reuse ids or users' ordinals claimed for other grants; trimmed, not re-driven",
                 void.len()
             ));
         }

@@ -19,8 +19,12 @@ impl Reconciler {
     /// that lacked it): that shard is dropped, and rebuilt from the claims
     /// like a lost one, so it mints no such id again and its users' presses
     /// are decided afresh instead of replaying a grant that can never be
-    /// sent.
-    pub(super) async fn redrive(&self, grants: &[Grant], checked_from: i64, r: &mut CouponReport) {
+    /// sent. A grant whose user and ordinal are claimed for another grant
+    /// names a home shard (of the coupon's `shards`) that rolled back past
+    /// a win its user was told (`ClaimError::OrdinalClaimed`): that shard,
+    /// and the one that minted the grant (whose outbox holds it), are
+    /// dropped and rebuilt the same way.
+    pub(super) async fn redrive(&self, grants: &[Grant], shards: u32, checked_from: i64, r: &mut CouponReport) {
         if grants.is_empty() {
             return;
         }
@@ -35,11 +39,22 @@ impl Reconciler {
         let mut answers = self.ports.claims.claim(grants, within as u64).await.into_iter();
         let mut claimed = Vec::with_capacity(grants.len());
         let mut reminted = std::collections::BTreeSet::new();
+        let mut conflicted = 0;
         let mut unwritten = None;
         for grant in grants {
             match answers.next() {
                 Some(Ok(())) => claimed.push(grant.clone()),
                 Some(Err(ClaimError::Reminted(_))) => {
+                    conflicted += 1;
+                    reminted.insert(grant.grant_id.shard());
+                }
+                Some(Err(ClaimError::OrdinalClaimed(_))) => {
+                    // The home shard counted its user short; the shard
+                    // that minted the grant (a donor, for a borrow) holds
+                    // it in its outbox: dropped too, so the next pass trims
+                    // it there and the rebuild gives its unit back.
+                    conflicted += 1;
+                    reminted.insert(crate::grab::home_shard(&grant.user_id, shards));
                     reminted.insert(grant.grant_id.shard());
                 }
                 Some(Err(e)) => unwritten = Some(e.to_string()),
@@ -49,7 +64,7 @@ impl Reconciler {
         if let Some(e) = unwritten {
             r.causes.push(format!(
                 "{} of {} grant(s) not re-driven (claims not written), retried next run: {e}",
-                grants.len() - claimed.len() - reminted.len(),
+                grants.len() - claimed.len() - conflicted,
                 grants.len()
             ));
         }
@@ -60,15 +75,15 @@ impl Reconciler {
             let coupon = &grants[0].coupon_id;
             match self.ports.repair.drop_if_behind(coupon, shard, u64::MAX).await {
                 Ok(true) => {
-                    warn!(coupon = %coupon, shard, "shard minted a grant id claimed for another grant; dropped for the rebuild");
+                    warn!(coupon = %coupon, shard, "shard minted a grant claimed for another (its id, or its user's ordinal); dropped for the rebuild");
                     r.shards_rolled_back += 1;
                     r.causes.push(format!(
-                        "shard {shard} rolled back: it minted a grant id already claimed for another grant; dropped and rebuilt from DynamoDB"
+                        "shard {shard} rolled back: it minted a grant whose id or user's ordinal is already claimed for another grant; dropped and rebuilt from DynamoDB"
                     ));
                 }
                 Ok(false) => {}
                 Err(e) => r.causes.push(format!(
-                    "shard {shard} minted a claimed grant id and could not be dropped, retried next run: {e}"
+                    "shard {shard} minted a grant claimed for another and could not be dropped, retried next run: {e}"
                 )),
             }
         }

@@ -229,6 +229,9 @@ impl GrantPublisher for FakeQueue {
 pub struct FakeClaims {
     /// Refuse every claim.
     pub fail: bool,
+    /// Answer every claim: its user's ordinal is claimed for another grant
+    /// (a home shard rolled back past a told win).
+    pub ordinal_held: bool,
     /// Every grant claimed, in order.
     pub claimed: Mutex<Vec<Grant>>,
 }
@@ -240,6 +243,12 @@ impl GrantClaims for FakeClaims {
             return grants
                 .iter()
                 .map(|_| Err(ClaimError::Unavailable(PublishError("throttled".into()))))
+                .collect();
+        }
+        if self.ordinal_held {
+            return grants
+                .iter()
+                .map(|g| Err(ClaimError::OrdinalClaimed(g.grant_id.clone())))
                 .collect();
         }
         self.claimed.lock().unwrap().extend_from_slice(grants);

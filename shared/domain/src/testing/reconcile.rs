@@ -70,18 +70,36 @@ impl MemoryFacts {
 
 #[async_trait]
 impl GrantClaims for MemoryFacts {
-    /// As the claims table does: a new claim, or the same again, is
-    /// written; a grant id claimed for another grant is refused.
+    /// As the claims table does when it guards ordinals: a new claim, or
+    /// the same again, is written; a grant id claimed for another grant is
+    /// refused, and so is a user's ordinal claimed for another grant that
+    /// was not rejected.
     async fn claim(&self, grants: &[Grant], _within_ms: u64) -> Vec<Result<(), ClaimError>> {
+        let rejections = self.rejections.lock().unwrap();
+        let rejected = |c: &Grant| {
+            rejections
+                .get(&c.coupon_id)
+                .is_some_and(|r| r.iter().any(|r| r.grant_id == c.grant_id))
+        };
         let mut claims = self.claims.lock().unwrap();
         grants
             .iter()
-            .map(|g| match claims.iter().find(|c| c.grant_id == g.grant_id) {
-                Some(c) if c != g => Err(ClaimError::Reminted(g.grant_id.clone())),
-                Some(_) => Ok(()),
-                None => {
-                    claims.push(g.clone());
-                    Ok(())
+            .map(|g| {
+                let ordinal_held = claims.iter().any(|c| {
+                    c.coupon_id == g.coupon_id
+                        && c.user_id == g.user_id
+                        && c.ordinal == g.ordinal
+                        && c.grant_id != g.grant_id
+                        && !rejected(c)
+                });
+                match claims.iter().find(|c| c.grant_id == g.grant_id) {
+                    Some(c) if c != g => Err(ClaimError::Reminted(g.grant_id.clone())),
+                    Some(_) => Ok(()),
+                    None if ordinal_held => Err(ClaimError::OrdinalClaimed(g.grant_id.clone())),
+                    None => {
+                        claims.push(g.clone());
+                        Ok(())
+                    }
                 }
             })
             .collect()

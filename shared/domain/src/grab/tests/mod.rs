@@ -123,6 +123,37 @@ async fn a_winner_whose_send_fails_is_not_told_success_and_keeps_its_hold() {
     assert_eq!(*w.risk.released.lock().unwrap(), 0, "a win keeps its risk hold");
 }
 
+/// On a cache whose failover may lose a told win, the claim guards the
+/// user's ordinal: a win minted again for an ordinal claimed for another
+/// grant is never sent (it would be rejected after its SUCCESS); the press
+/// is BUSY, and the repair that drops and rebuilds the rolled-back shard
+/// is asked for at once, not at the next scheduled pass.
+#[tokio::test]
+async fn a_win_whose_users_ordinal_is_claimed_for_another_grant_is_busy_and_asks_for_the_repair_at_once() {
+    let ledger = ScriptedLedger {
+        shards: 1,
+        claim: Some(ClaimReply::Won(record("c-0-1", 0))),
+        ..Default::default()
+    };
+    let held = FakeClaims {
+        ordinal_held: true,
+        ..Default::default()
+    };
+    let w = world_claiming(
+        ledger,
+        FakeRisk::allowing(),
+        FakeQueue::default(),
+        held,
+        MemoryCatalog::default(),
+        ManualClock::new(1_000),
+    );
+    let outcome = w.service.grab(&request("u")).await;
+    assert!(matches!(outcome, Err(GrabError::NotQueued(_))), "{outcome:?}");
+    assert!(w.queue.sent.lock().unwrap().is_empty(), "nothing sent");
+    assert_eq!(w.repairs.asked.lock().unwrap().len(), 1, "the repair is asked for");
+    assert_eq!(*w.risk.released.lock().unwrap(), 0, "a win keeps its risk hold");
+}
+
 /// A rebuild after a cache loss counts what is on its way from the claims:
 /// a grant reaches the queue only once its claim is written, and a claim
 /// that cannot be written holds the send back (BUSY; the outbox keeps the

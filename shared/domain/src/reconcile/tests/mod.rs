@@ -184,6 +184,49 @@ async fn a_re_drive_sends_what_it_claimed_and_drops_the_shard_that_minted_a_clai
     );
 }
 
+/// On a cache whose failover may lose a told win, a home shard that
+/// rolled back past a user's win counts the user one claim short and mints
+/// the same ordinal again under a new id: its claim is refused (the
+/// ordinal is the first grant's), it is never sent, and the user's home
+/// shard is dropped; the next pass trims it from the dropped outbox
+/// instead of re-driving it, and rebuilds the shard from the claims.
+#[tokio::test]
+async fn a_re_drive_drops_the_home_shard_that_minted_a_users_claimed_ordinal_again_and_never_sends_it() {
+    let w = world();
+    let def = coupon(10, 2);
+    let home = crate::grab::home_shard(&UserId::parse("u1").unwrap(), 2);
+    w.shards.put(&def.coupon_id, 0, 4);
+    w.shards.put(&def.coupon_id, 1, 4);
+    let first = grant(5, home, "u1", NOW - 90_000);
+    let again = Grant {
+        request_id: RequestId::parse("r-again").unwrap(),
+        ..grant(6, home, "u1", NOW - 60_000)
+    };
+    w.facts.claims.lock().unwrap().push(first.clone());
+    w.shards.push(&again);
+
+    let r = w.reconciler.coupon(&def, NOW).await.unwrap();
+
+    assert!(
+        w.queue.sent.lock().unwrap().is_empty(),
+        "the second grant for the ordinal is never sent"
+    );
+    assert!(
+        w.shards.state(&def.coupon_id, home).is_none(),
+        "the user's home shard is dropped for the rebuild"
+    );
+    assert_eq!(r.shards_rolled_back, 1, "{r:?}");
+    assert_eq!(
+        *w.facts.claims.lock().unwrap(),
+        vec![first.clone()],
+        "the first grant's claim stands"
+    );
+
+    let r = w.reconciler.coupon(&def, NOW + 60_000).await.unwrap();
+    assert!(w.queue.sent.lock().unwrap().is_empty(), "{r:?}");
+    assert!(r.causes.iter().any(|c| c.contains("trimmed, not re-driven")), "{r:?}");
+}
+
 #[tokio::test]
 async fn lost_blacklist_flags_come_back_but_never_one_an_operator_lifted() {
     let w = world();
