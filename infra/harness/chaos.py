@@ -70,6 +70,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 from infra.harness import report as reportmod
 from infra.harness.faults import Engine, RedisPair, SqsFaults
@@ -106,8 +107,15 @@ def run_engine(engine, names, args, sqs):
     its own tables and queues, the functions served against them."""
     own_resources(engine)
     redis = RedisPair(ROOT / ".local" / "chaos-redis", engine, replicas=args.replicas)
-    rig = {"sqs": sqs, "redis": redis, "env": function_env(sqs.url, redis.url(), args.replica_acks),
+    # The Serverless stand-in has no WAIT: nothing waits for a replica, a
+    # told win is kept by its claim (CACHE_DURABILITY none), and clients
+    # are disconnected at random all along.
+    acks = 0 if engine.serverless else args.replica_acks
+    rig = {"sqs": sqs, "redis": redis, "env": function_env(sqs.url, redis.url(), acks),
            "replacement_seconds": args.replacement_seconds}
+    stopped = threading.Event()
+    if engine.serverless:
+        redis.disconnect_at_random(DISCONNECT_SECONDS, stopped)
     results = {}
     try:
         proc = serve(rig["env"])
@@ -118,9 +126,14 @@ def run_engine(engine, names, args, sqs):
         finally:
             stop_serving(proc)
     finally:
+        stopped.set()
         redis.stop()
     return results
 
+
+# On the Serverless stand-in, how often (on average, in seconds) one of the
+# functions' connections is dropped.
+DISCONNECT_SECONDS = 2.0
 
 # The longest a sale may stay closed (only BUSY or 5xx to presses on a
 # coupon with stock left) under any fault, in ms. `make chaos` fails past it;

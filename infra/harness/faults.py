@@ -21,6 +21,8 @@ import http.client
 import http.server
 import os
 import pathlib
+import random
+import re
 import shutil
 import socket
 import subprocess
@@ -93,27 +95,68 @@ class SqsFaults:
 
 # ---------------------------------------------------------------- Redis
 
+def serverless_lacks():
+    """The commands ElastiCache Serverless lacks, which its stand-in renames
+    away: read from infra/local/standin.sh, their one home."""
+    text = (pathlib.Path(__file__).resolve().parents[2] / "infra" / "local" / "standin.sh").read_text()
+    found = re.search(r"SERVERLESS_LACKS=\(([^)]*)\)", text)
+    if not found:
+        raise RuntimeError("infra/local/standin.sh lists no SERVERLESS_LACKS")
+    return found.group(1).split()
+
+
 class Engine:
     """One of the engines ElastiCache offers, as the binaries that run it:
     `redis` (redis-server, redis-cli) or `valkey` (valkey-server,
     valkey-cli). Their replication differs: since Redis 7.2 and in Valkey a
-    `WAIT` counts only the writes of the connection that sends it."""
+    `WAIT` counts only the writes of the connection that sends it.
 
-    BINARIES = {"redis": ("redis-server", "redis-cli"), "valkey": ("valkey-server", "valkey-cli")}
+    `valkey-serverless` stands in for ElastiCache Serverless: Valkey without
+    the commands Serverless lacks (`serverless_lacks`), `volatile-lru`, a
+    5 s script limit; the functions wait for no replica (it has no `WAIT`)
+    and keep a told win by its claim in DynamoDB (CACHE_DURABILITY none).
+    Its primary and replicas replicate asynchronously, as Serverless's
+    nodes do, and a failover loses what they lacked. The commands this
+    suite itself sends as an operator (`HARNESS_COMMANDS`) are renamed to
+    an alias only it uses, and the replication protocol (SYNC, PSYNC) is
+    kept, which Serverless's own nodes use among themselves."""
+
+    BINARIES = {"redis": ("redis-server", "redis-cli"), "valkey": ("valkey-server", "valkey-cli"),
+                "valkey-serverless": ("valkey-server", "valkey-cli")}
+    HARNESS_COMMANDS = ("REPLICAOF", "SAVE", "KEYS")
+    REPLICATION = ("SYNC", "PSYNC")
 
     def __init__(self, name):
         if name not in self.BINARIES:
             raise ValueError(f"unknown engine {name!r}; known: {', '.join(self.BINARIES)}")
         self.name = name
         self.server, self.cli = self.BINARIES[name]
+        self.serverless = name.endswith("-serverless")
         if shutil.which(self.server) is None:
             raise RuntimeError(f"{self.server} is not on the PATH: run make setup")
 
     def label(self):
-        """`redis-7.0` or `valkey-8.0`: the engine and its version."""
+        """`redis-7.0`, `valkey-8.0` or `valkey-8.0-serverless`: the engine and
+        its version (and the stand-in)."""
         out = subprocess.run([self.server, "--version"], capture_output=True, text=True, timeout=30).stdout
         version = out.split("v=", 1)[1].split()[0] if "v=" in out else "unknown"
-        return f"{self.name}-{'.'.join(version.split('.')[:2])}"
+        base = self.name.removesuffix("-serverless")
+        return f"{base}-{'.'.join(version.split('.')[:2])}" + ("-serverless" if self.serverless else "")
+
+    def command(self, name):
+        """The name this suite sends `name` as (its alias on the stand-in)."""
+        upper = name.upper()
+        return f"STANDIN-{upper}" if self.serverless and upper in self.HARNESS_COMMANDS else name
+
+    def node_args(self):
+        """The server's settings beyond the suite's own: the stand-in's."""
+        if not self.serverless:
+            return []
+        args = ["--maxmemory-policy", "volatile-lru", "--busy-reply-threshold", "5000"]
+        for c in serverless_lacks():
+            if c not in self.REPLICATION:
+                args += ["--rename-command", c, self.command(c) if c in self.HARNESS_COMMANDS else ""]
+        return args
 
 
 class RedisNode:
@@ -127,7 +170,7 @@ class RedisNode:
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
         self.args = [engine.server, "--port", str(self.port), "--bind", HOST, "--save", "", "--appendonly", "no",
-                     "--dir", str(self.dir)]
+                     "--dir", str(self.dir), *engine.node_args()]
         if replica_of:
             self.args += ["--replicaof", HOST, str(replica_of)]
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -144,6 +187,8 @@ class RedisNode:
         self.wait_for(lambda info: "loading:0" in info, "back from its snapshot", sections=("persistence",))
 
     def cli(self, *args):
+        if args:
+            args = (self.engine.command(args[0]), *args[1:])
         out = subprocess.run([self.engine.cli, "-p", str(self.port), *args], capture_output=True, text=True,
                              timeout=30)
         return out.stdout
@@ -269,6 +314,21 @@ class RedisPair:
         self.primary.restart()
         self.replicas = [RedisNode(self.root, self.engine, replica_of=self.link_to_primary()) for _ in range(count)]
         self.in_sync()
+
+    def disconnect_at_random(self, period, stopped):
+        """Until `stopped` is set, every `period` seconds on average one open
+        connection of the functions is dropped, as ElastiCache Serverless may
+        disconnect a client at any time to balance its load."""
+        def run():
+            rng = random.Random(20261208)
+            while not stopped.wait(rng.uniform(0.5, 1.5) * period):
+                with self.proxy.lock:
+                    pairs = sorted(self.proxy.pairs, key=id)
+                if pairs:
+                    self.proxy.drop(rng.choice(pairs))
+                    self.disconnects += 1
+        self.disconnects = 0
+        threading.Thread(target=run, daemon=True).start()
 
     def stop(self):
         self.proxy.close()

@@ -218,8 +218,9 @@ def flush_one(run):
     # Only this coupon's keys, as a lost cluster node loses only its slots:
     # the other sale keeps its state and keeps selling.
     def flush():
+        keys = run.rig["redis"].engine.command("KEYS")
         deleted = run.rig["redis"].cli(
-            "EVAL", "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do "
+            "EVAL", f"local n = 0 for _, k in ipairs(redis.call('{keys}', ARGV[1])) do "
             "n = n + redis.call('DEL', k) end return n", "0", f"*cpn:{run.sale.coupon}:*").strip()
         run.note(f"this coupon's Redis state deleted ({deleted} keys); the other coupons' state is kept",
                  ends_fault=True)

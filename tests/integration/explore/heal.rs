@@ -230,7 +230,12 @@ pub(super) async fn heal(world: &World) {
                         origin: None,
                     },
                 );
-                world.press(&app, u, &request).await;
+                let (decided, told) = world.press(&app, u, &request).await;
+                if !decided {
+                    world
+                        .sched
+                        .tell(format!("heal {round}: {} {request} hears {told}", user_name(u)));
+                }
             }
         }
         // Redelivery after the visibility timeout (1 s) of a batch whose

@@ -389,7 +389,7 @@ impl World {
         fn told<T: std::fmt::Debug>(answer: &Result<T, GrabError>) -> String {
             match answer {
                 Ok(o) => format!("{o:?}").chars().take(120).collect(),
-                Err(e) => format!("retryable: {e}"),
+                Err(e) => format!("retryable: {e} {e:?}"),
             }
         }
         if let (true, Some(entry)) = (self.draws(), self.entry(user)) {

@@ -105,13 +105,18 @@ impl DurableFacts for DynamoFacts {
 
     async fn issued_grants(&self, grants: &[Grant]) -> Result<HashSet<GrantId>, StoreError> {
         // Two grants may share a key (a second grant for one claim, which
-        // the issuer rejects as ORDINAL_TAKEN): each is looked for.
-        let mut wanted: HashMap<(String, String), Vec<&GrantId>> = HashMap::new();
+        // the issuer rejects as ORDINAL_TAKEN): each is looked for. A grant
+        // is issued only as itself: its id *and* the request that won it
+        // (a shard a failover rolled back may mint an issued grant's id
+        // again, for the same user and ordinal, from another request of
+        // theirs; that one is on no way anywhere, and its request's record
+        // must not be taken for the issued coupon's).
+        let mut wanted: HashMap<(String, String), Vec<&Grant>> = HashMap::new();
         for g in grants {
             wanted
                 .entry((user_pk(&g.user_id), user_coupon_sk(&g.coupon_id, g.ordinal)))
                 .or_default()
-                .push(&g.grant_id);
+                .push(g);
         }
         let keys: Vec<(String, String)> = wanted.keys().cloned().collect();
         let mut found = HashSet::new();
@@ -126,7 +131,7 @@ impl DurableFacts for DynamoFacts {
                 }
                 let request = KeysAndAttributes::builder()
                     .set_keys(Some(std::mem::take(&mut pending)))
-                    .projection_expression("pk, sk, grant_id")
+                    .projection_expression("pk, sk, grant_id, request_id")
                     .consistent_read(true)
                     .build()
                     .map_err(unavailable)?;
@@ -149,8 +154,11 @@ impl DurableFacts for DynamoFacts {
                         get_s(&item, "sk").unwrap_or("").to_owned(),
                     );
                     if let (Some(expected), Some(actual)) = (wanted.get(&key), get_s(&item, "grant_id")) {
-                        if let Some(id) = expected.iter().find(|g| g.as_str() == actual) {
-                            found.insert((*id).clone());
+                        let request = get_s(&item, "request_id");
+                        for g in expected.iter().filter(|g| g.grant_id.as_str() == actual) {
+                            if request.is_none_or(|r| r == g.request_id.as_str()) {
+                                found.insert(g.grant_id.clone());
+                            }
                         }
                     }
                 }

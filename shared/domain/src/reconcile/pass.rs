@@ -212,8 +212,8 @@ impl Reconciler {
     }
 
     /// Step 2, on the outboxes dropped shards kept: an entry whose grant
-    /// id DynamoDB has claimed for another grant (another user, or another
-    /// ordinal) was minted again by a state that had rolled back (a replica
+    /// id DynamoDB has claimed for another grant (another user, ordinal or
+    /// request) was minted again by a state that had rolled back (a replica
     /// promoted without the first, which then sold on). It took a unit the
     /// first grant had taken: not on its way, never re-driven, trimmed, so
     /// the rebuild lists the claimed grant instead. So was an unclaimed
@@ -243,13 +243,18 @@ impl Reconciler {
             .filter(|g| !rejected.contains(&g.grant_id))
             .map(|g| ((&g.user_id, g.ordinal), &g.grant_id))
             .collect();
+        let mut homes = std::collections::BTreeSet::new();
         for (shard, entries) in unsent.outboxes.iter_mut() {
             if !kept(shard, entries) {
                 continue;
             }
             let (void, live): (Vec<OutboxEntry>, Vec<OutboxEntry>) =
                 entries.drain(..).partition(|e| match claimed.get(&e.grant.grant_id) {
-                    Some(c) => c.user_id != e.grant.user_id || c.ordinal != e.grant.ordinal,
+                    Some(c) => {
+                        c.user_id != e.grant.user_id
+                            || c.ordinal != e.grant.ordinal
+                            || c.request_id != e.grant.request_id
+                    }
                     None => ordinals
                         .get(&(&e.grant.user_id, e.grant.ordinal))
                         .is_some_and(|holder| **holder != e.grant.grant_id),
@@ -258,6 +263,11 @@ impl Reconciler {
             if void.is_empty() {
                 continue;
             }
+            homes.extend(
+                void.iter()
+                    .map(|e| crate::grab::home_shard(&e.grant.user_id, def.shards))
+                    .filter(|home| !missing.contains(home)),
+            );
             let seqs: Vec<u64> = void.iter().map(|e| e.seq).collect();
             self.ports.repair.trim(&def.coupon_id, *shard, &seqs).await?;
             warn!(coupon = %def.coupon_id, shard, grants = void.len(),
@@ -266,6 +276,19 @@ impl Reconciler {
                 "{} grant(s) in dropped shard {shard}'s outbox reuse ids or users' ordinals claimed for other grants; trimmed, not re-driven",
                 void.len()
             ));
+        }
+        // A borrow's home records the grant it settled (the request's win,
+        // the user's count): one that is void there replays a grant that
+        // can never be claimed, for good. Dropped too, and rebuilt from the
+        // claims, its presses decided afresh.
+        for home in homes {
+            if self.ports.repair.drop_if_behind(&def.coupon_id, home, u64::MAX).await? {
+                warn!(coupon = %def.coupon_id, shard = home, "home shard recorded a void borrowed grant; dropped for the rebuild");
+                r.shards_rolled_back += 1;
+                r.causes.push(format!(
+                    "shard {home} recorded a borrowed grant claimed for another; dropped and rebuilt from DynamoDB"
+                ));
+            }
         }
         Ok(())
     }

@@ -52,8 +52,10 @@ pub trait DurableFacts: Send + Sync {
     async fn issued(&self, coupon: &CouponId) -> Result<u64, StoreError>;
     /// Every rejected grant of the coupon.
     async fn rejections(&self, coupon: &CouponId) -> Result<Vec<RejectedGrant>, StoreError>;
-    /// Which of these grants the durable store has (issued under that grant
-    /// id). Rejections are known from [`Self::rejections`].
+    /// Which of these grants the durable store has issued as themselves
+    /// (that grant id, won by that request: a rolled-back shard may mint
+    /// an issued id again for another request of the same user).
+    /// Rejections are known from [`Self::rejections`].
     async fn issued_grants(&self, grants: &[Grant]) -> Result<HashSet<GrantId>, StoreError>;
     /// How many of the coupon each user holds.
     async fn holdings(&self, coupon: &CouponId) -> Result<Holdings, StoreError>;

@@ -39,21 +39,24 @@ impl Reconciler {
         let mut answers = self.ports.claims.claim(grants, within as u64).await.into_iter();
         let mut claimed = Vec::with_capacity(grants.len());
         let mut reminted = std::collections::BTreeSet::new();
-        let mut conflicted = 0;
+        let mut void: Vec<&Grant> = Vec::new();
         let mut unwritten = None;
         for grant in grants {
             match answers.next() {
                 Some(Ok(())) => claimed.push(grant.clone()),
                 Some(Err(ClaimError::Reminted(_))) => {
-                    conflicted += 1;
+                    // The shard that minted it; and, for a borrow, its
+                    // home, whose record of the win would replay it.
+                    void.push(grant);
                     reminted.insert(grant.grant_id.shard());
+                    reminted.insert(crate::grab::home_shard(&grant.user_id, shards));
                 }
                 Some(Err(ClaimError::OrdinalClaimed(_))) => {
                     // The home shard counted its user short; the shard
                     // that minted the grant (a donor, for a borrow) holds
                     // it in its outbox: dropped too, so the next pass trims
                     // it there and the rebuild gives its unit back.
-                    conflicted += 1;
+                    void.push(grant);
                     reminted.insert(crate::grab::home_shard(&grant.user_id, shards));
                     reminted.insert(grant.grant_id.shard());
                 }
@@ -64,9 +67,30 @@ impl Reconciler {
         if let Some(e) = unwritten {
             r.causes.push(format!(
                 "{} of {} grant(s) not re-driven (claims not written), retried next run: {e}",
-                grants.len() - claimed.len() - conflicted,
+                grants.len() - claimed.len() - void.len(),
                 grants.len()
             ));
+        }
+        // A borrowed grant is also listed on its home shard (`borrowed`),
+        // which a drop keeps: one that can never be claimed is forgotten
+        // there, or every pass would count it pending, re-drive it, meet
+        // the same refusal and drop its shards again, for good.
+        for grant in void
+            .iter()
+            .filter(|g| g.shard != crate::grab::home_shard(&g.user_id, shards))
+        {
+            let home = crate::grab::home_shard(&grant.user_id, shards);
+            let forgotten = self
+                .ports
+                .repair
+                .forget_borrowed(&grant.coupon_id, home, std::slice::from_ref(&grant.grant_id))
+                .await;
+            if let Err(e) = forgotten {
+                r.causes.push(format!(
+                    "grant {} can never be claimed and could not be forgotten on shard {home}, retried next run: {e}",
+                    grant.grant_id
+                ));
+            }
         }
         for shard in reminted {
             // Whatever its sequence: the shard's history is not the one the
