@@ -117,7 +117,7 @@ test-infra:
 	@$(ENV) SAM_CLI_TELEMETRY=0 sam validate --lint --region us-east-1 -t template.yaml >/dev/null
 	@$(ENV) python -m pytest -q infra/tests
 
-test-chaos: setup build ## The short pass of make chaos (twelve scenarios: a waved coupon, a lottery, a backlog; small sales) on every engine
+test-chaos: setup build ## The short pass of make chaos (twelve scenarios: a waved coupon, a lottery, a backlog; small sales; eight on the Serverless stand-in) on every engine
 	@# A fresh stack, as make chaos starts: the coupons the integration and
 	@# contract runs left behind (live, their Redis state under other key
 	@# prefixes) would each be a lost coupon to the served reconciler.

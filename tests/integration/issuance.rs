@@ -200,6 +200,20 @@ async fn two_grants_for_one_claim_are_both_known_to_the_durable_store() {
     assert!(known.contains(&issued.grant_id), "{known:?}");
     let report = h.reconcile(&def).await;
     assert_eq!((report.pending, report.redriven), (0, 0), "{report:?}");
+
+    // The issued grant's id minted again for another request of the same
+    // user and ordinal (a shard a failover rolled back, the press decided
+    // afresh) is not that grant: never taken for issued.
+    let minted_again = Grant {
+        request_id: coupon_domain::ids::RequestId::parse("r-again").unwrap(),
+        ..issued.clone()
+    };
+    let known = h
+        .facts()
+        .issued_grants(std::slice::from_ref(&minted_again))
+        .await
+        .unwrap();
+    assert!(known.is_empty(), "{known:?}");
 }
 
 /// A grant's claim is written once, and again only identically: the same
@@ -283,13 +297,15 @@ async fn a_grant_is_held_only_when_claimed_as_itself_and_not_rejected() {
 }
 
 /// On a cache whose failover may lose a win its user was told
-/// (`CACHE_DURABILITY=none`), a claim also holds its user's ordinal: a
-/// second grant for the same user and ordinal (a home shard that rolled
-/// back past the first and counted its user one claim short) is refused
-/// as such, with nothing of it written, until the issuer rejects the
-/// first; then the ordinal is the second's.
+/// (`CACHE_DURABILITY=none`), a claim also holds its user's ordinal and its
+/// request: a second grant for the same user and ordinal (a home shard that
+/// rolled back past the first and counted its user one claim short), or
+/// for the same request (its record lost), is refused as such, with
+/// nothing of it written, until the issuer rejects the first; then the
+/// ordinal is the second's. The same grant decided again a moment later
+/// (the same id, user, ordinal and request) is the same claim.
 #[tokio::test]
-async fn a_claim_guarding_ordinals_refuses_a_second_grant_for_a_users_ordinal_until_the_first_is_rejected() {
+async fn a_claim_guarding_ordinals_refuses_a_second_grant_for_a_users_ordinal_or_request_until_the_first_is_rejected() {
     use coupon_adapters::dynamodb::DynamoClaims;
     use coupon_domain::grab::ports::{ClaimError, GrantClaims};
 
@@ -311,8 +327,31 @@ async fn a_claim_guarding_ordinals_refuses_a_second_grant_for_a_users_ordinal_un
         ..second.clone()
     };
 
+    // The same press decided afresh after a failover took its win: the
+    // same id, user, ordinal and request, a moment later. The same grant.
+    let decided_again = Grant {
+        granted_at_ms: first.granted_at_ms + 250,
+        ..first.clone()
+    };
+    // The same request winning another ordinal (its record was lost): a
+    // second coupon for one press.
+    let same_request = Grant {
+        grant_id: GrantId::new(&coupon, 0, 996),
+        ordinal: first.ordinal + 2,
+        ..first.clone()
+    };
+
     let answers = claims
-        .claim(&[first.clone(), second.clone(), next_ordinal], 5_000)
+        .claim(
+            &[
+                first.clone(),
+                second.clone(),
+                next_ordinal,
+                decided_again,
+                same_request.clone(),
+            ],
+            5_000,
+        )
         .await;
 
     assert!(answers[0].is_ok(), "the grab's own claim again: {:?}", answers[0]);
@@ -322,6 +361,12 @@ async fn a_claim_guarding_ordinals_refuses_a_second_grant_for_a_users_ordinal_un
         answers[1]
     );
     assert!(answers[2].is_ok(), "another ordinal of the same user: {:?}", answers[2]);
+    assert!(answers[3].is_ok(), "the same grant decided again: {:?}", answers[3]);
+    assert!(
+        matches!(&answers[4], Err(ClaimError::RequestClaimed(id)) if *id == same_request.grant_id),
+        "{:?}",
+        answers[4]
+    );
     assert!(
         !claims.holds(&second).await.unwrap(),
         "nothing of the refused claim is written"

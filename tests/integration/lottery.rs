@@ -261,6 +261,9 @@ impl StockLedger for DiesMidDraw {
     async fn shard_count(&self, c: &CouponId) -> Result<Option<u32>, StoreError> {
         self.inner.shard_count(c).await
     }
+    async fn drop_rolled_back(&self, c: &CouponId, shard: u32) -> Result<bool, StoreError> {
+        self.inner.drop_rolled_back(c, shard).await
+    }
     async fn claim(&self, claim: &Claim<'_>, step: ClaimStep) -> Result<ClaimReply, StoreError> {
         if step == ClaimStep::Draw
             && self

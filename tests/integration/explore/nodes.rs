@@ -24,10 +24,13 @@
 //! replication is asynchronous, so the replica holds the shard as it was
 //! when it last *caught up*, a step the seed picks (heal.rs's
 //! `node_fault`), whatever any caller was told since. A failover restores
-//! that image on the same history, as before. A restart is not drawn
-//! there: Serverless replaces a failed node from its replicas, not from a
-//! snapshot, and tells no restart (`INFO` there does not name its
-//! replication history; lib.lua's `history()`).
+//! that image on the same history, as before. The node faults draw no
+//! restart there (a failover instead): Serverless replaces a failed node
+//! from its replicas, not from a snapshot, and tells no restart (`INFO`
+//! there does not document its replication history; lib.lua's
+//! `history()`). The stale-snapshot stream's restarts (a snapshot from
+//! before a loss brought back) still come, on a new history the stand-in
+//! tells: a fault outside Serverless's model, judged by the restart check.
 //!
 //! Not modelled: a node holding several shards (one `WAIT` acknowledging
 //! them together makes a failover lose less, never more), the risk keys'

@@ -32,7 +32,7 @@ use coupon_domain::ids::CouponId;
 use futures::stream::{self, StreamExt, TryStreamExt};
 
 use super::items::{get_s, malformed, n, s, unavailable, Item, Tables};
-use super::keys::{claims_pk, coupon_pk, grant_sk, ordinal_sk, ordinals_pk};
+use super::keys::{claims_pk, coupon_pk, grant_sk, ordinal_sk, ordinals_pk, request_sk, requests_pk};
 
 /// How long a claim is kept: far longer than a coupon sells, so every
 /// claim of a coupon that can still be rebuilt is there.
@@ -113,9 +113,19 @@ impl DynamoClaims {
             ),
             ("sk".to_owned(), s(grant.grant_id.as_str())),
             ("grant".to_owned(), s(body)),
+            // What makes the grant itself (`Grant::same_as`), for the
+            // condition: not the instant it was decided at.
+            ("user_id".to_owned(), s(grant.user_id.as_str())),
+            ("ordinal".to_owned(), n(grant.ordinal)),
+            ("request_id".to_owned(), s(grant.request_id.as_str())),
             ("expires_at".to_owned(), n(grant.granted_at_ms / 1000 + KEEP_SECONDS)),
         ]))
     }
+
+    /// The condition a claim is written on: new, or this very grant again
+    /// (the same id, user, ordinal and request; a claim written before
+    /// those were kept apart, by its whole body).
+    const SAME_GRANT: &'static str = "attribute_not_exists(pk) OR #g = :g OR (#u = :u AND #o = :o AND #r = :r)";
 
     /// Puts one claim, unless the grant id is claimed for another grant: a
     /// shard that minted the id again (a failover to a replica that lacked
@@ -126,16 +136,15 @@ impl DynamoClaims {
             return self.put_guarded(grant).await;
         }
         let item = Self::item(grant).map_err(ClaimError::Unavailable)?;
-        let body = item.get("grant").cloned().unwrap_or_else(|| s(""));
         let result = self
             .tables
             .client
             .put_item()
             .table_name(&self.tables.claims)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(pk) OR #g = :g")
-            .expression_attribute_names("#g", "grant")
-            .expression_attribute_values(":g", body)
+            .set_item(Some(item.clone()))
+            .condition_expression(Self::SAME_GRANT)
+            .set_expression_attribute_names(Some(Self::same_names()))
+            .set_expression_attribute_values(Some(Self::same_values(&item)))
             .send()
             .await;
         match result {
@@ -147,65 +156,92 @@ impl DynamoClaims {
         }
     }
 
-    /// The claim and its user's ordinal, in one transaction: both
-    /// written (or found already written for this grant), or neither. An
-    /// ordinal held by a grant the issuer rejected (it counts nowhere, and
-    /// its user's next claim takes the same ordinal) is taken over, once.
-    async fn put_guarded(&self, grant: &Grant) -> Result<(), ClaimError> {
-        let claim = Self::item(grant).map_err(ClaimError::Unavailable)?;
-        let body = claim.get("grant").cloned().unwrap_or_else(|| s(""));
-        let ordinal = HashMap::from([
-            (
-                "pk".to_owned(),
-                s(ordinals_pk(&grant.coupon_id, lane_of(grant.user_id.as_str()))),
-            ),
-            ("sk".to_owned(), s(ordinal_sk(&grant.user_id, grant.ordinal))),
+    fn same_names() -> HashMap<String, String> {
+        ["g:grant", "u:user_id", "o:ordinal", "r:request_id"]
+            .into_iter()
+            .map(|p| {
+                let (k, v) = p.split_once(':').unwrap_or((p, p));
+                (format!("#{k}"), v.to_owned())
+            })
+            .collect()
+    }
+
+    fn same_values(item: &Item) -> Item {
+        [("g", "grant"), ("u", "user_id"), ("o", "ordinal"), ("r", "request_id")]
+            .into_iter()
+            .filter_map(|(k, attr)| item.get(attr).map(|v| (format!(":{k}"), v.clone())))
+            .collect()
+    }
+
+    /// A marker of the guarded claim: `pk` and `sk`, naming the grant that
+    /// holds it.
+    fn marker(pk: String, sk: String, grant: &Grant) -> Item {
+        HashMap::from([
+            ("pk".to_owned(), s(pk)),
+            ("sk".to_owned(), s(sk)),
             ("grant_id".to_owned(), s(grant.grant_id.as_str())),
             ("expires_at".to_owned(), n(grant.granted_at_ms / 1000 + KEEP_SECONDS)),
-        ]);
-        let key = |item: &Item| {
-            HashMap::from([
-                ("pk".to_owned(), item["pk"].clone()),
-                ("sk".to_owned(), item["sk"].clone()),
-            ])
-        };
-        let ordinal_key = key(&ordinal);
-        let mut holder: Option<String> = None;
+        ])
+    }
+
+    /// The claim, its user's ordinal and its request, in one transaction:
+    /// all three written (or found already written for this grant), or
+    /// none. An ordinal or a request held by a grant the issuer rejected
+    /// (it counts nowhere, and its user's next claim takes the same
+    /// ordinal) is taken over.
+    async fn put_guarded(&self, grant: &Grant) -> Result<(), ClaimError> {
+        let claim = Self::item(grant).map_err(ClaimError::Unavailable)?;
+        let lane = lane_of(grant.user_id.as_str());
+        let markers = [
+            Self::marker(
+                ordinals_pk(&grant.coupon_id, lane),
+                ordinal_sk(&grant.user_id, grant.ordinal),
+                grant,
+            ),
+            Self::marker(
+                requests_pk(&grant.coupon_id, lane),
+                request_sk(&grant.user_id, &grant.request_id),
+                grant,
+            ),
+        ];
+        // The rejected grant each marker may be taken over from.
+        let mut rejected: [Option<String>; 2] = [None, None];
         loop {
             let unavailable =
                 |e: aws_sdk_dynamodb::error::BuildError| ClaimError::Unavailable(PublishError(Box::new(e)));
-            let put_claim = Put::builder()
-                .table_name(&self.tables.claims)
-                .set_item(Some(claim.clone()))
-                .condition_expression("attribute_not_exists(pk) OR #g = :g")
-                .expression_attribute_names("#g", "grant")
-                .expression_attribute_values(":g", body.clone())
-                .build()
-                .map_err(unavailable)?;
-            let mut put_ordinal = Put::builder()
-                .table_name(&self.tables.claims)
-                .set_item(Some(ordinal.clone()))
-                .expression_attribute_names("#i", "grant_id")
-                .expression_attribute_values(":i", s(grant.grant_id.as_str()));
-            put_ordinal = match &holder {
-                None => put_ordinal.condition_expression("attribute_not_exists(pk) OR #i = :i"),
-                Some(rejected) => put_ordinal
-                    .condition_expression("#i = :i OR #i = :r")
-                    .expression_attribute_values(":r", s(rejected.as_str())),
-            };
-            let result = self
-                .tables
-                .client
-                .transact_write_items()
-                .transact_items(TransactWriteItem::builder().put(put_claim).build())
-                .transact_items(
+            let mut request = self.tables.client.transact_write_items().transact_items(
+                TransactWriteItem::builder()
+                    .put(
+                        Put::builder()
+                            .table_name(&self.tables.claims)
+                            .set_item(Some(claim.clone()))
+                            .condition_expression(Self::SAME_GRANT)
+                            .set_expression_attribute_names(Some(Self::same_names()))
+                            .set_expression_attribute_values(Some(Self::same_values(&claim)))
+                            .build()
+                            .map_err(unavailable)?,
+                    )
+                    .build(),
+            );
+            for (marker, taken_from) in markers.iter().zip(&rejected) {
+                let put = Put::builder()
+                    .table_name(&self.tables.claims)
+                    .set_item(Some(marker.clone()))
+                    .expression_attribute_names("#i", "grant_id")
+                    .expression_attribute_values(":i", s(grant.grant_id.as_str()));
+                let put = match taken_from {
+                    None => put.condition_expression("attribute_not_exists(pk) OR #i = :i"),
+                    Some(from) => put
+                        .condition_expression("#i = :i OR #i = :r")
+                        .expression_attribute_values(":r", s(from.as_str())),
+                };
+                request = request.transact_items(
                     TransactWriteItem::builder()
-                        .put(put_ordinal.build().map_err(unavailable)?)
+                        .put(put.build().map_err(unavailable)?)
                         .build(),
-                )
-                .send()
-                .await;
-            let err = match result {
+                );
+            }
+            let err = match request.send().await {
                 Ok(_) => return Ok(()),
                 Err(e) => e,
             };
@@ -220,36 +256,38 @@ impl DynamoClaims {
             if failed(0) {
                 return Err(ClaimError::Reminted(grant.grant_id.clone()));
             }
-            if !failed(1) || holder.is_some() {
-                if failed(1) {
-                    return Err(ClaimError::OrdinalClaimed(grant.grant_id.clone()));
-                }
+            let conflict = |at: usize| match at {
+                0 => ClaimError::OrdinalClaimed(grant.grant_id.clone()),
+                _ => ClaimError::RequestClaimed(grant.grant_id.clone()),
+            };
+            let Some(at) = (0..2).find(|&m| failed(m + 1)) else {
                 return Err(ClaimError::Unavailable(PublishError(Box::new(err))));
+            };
+            if rejected[at].is_some() {
+                return Err(conflict(at));
             }
-            // The ordinal is another grant's: taken over only if the
-            // issuer rejected that grant (then nothing counts it).
+            // The marker is another grant's: taken over only if the issuer
+            // rejected that grant (then nothing counts it).
             let held = self
                 .get(
                     &self.tables.claims,
-                    get_s(&ordinal_key, "pk").unwrap_or_default().to_owned(),
-                    get_s(&ordinal_key, "sk").unwrap_or_default().to_owned(),
+                    get_s(&markers[at], "pk").unwrap_or_default().to_owned(),
+                    get_s(&markers[at], "sk").unwrap_or_default().to_owned(),
                 )
                 .await
                 .map_err(|e| ClaimError::Unavailable(PublishError(Box::new(e))))?;
             let Some(id) = held.as_ref().and_then(|i| get_s(i, "grant_id")).map(str::to_owned) else {
-                // Gone meanwhile (expired): the next attempt writes it.
-                holder = None;
-                continue;
+                continue; // gone meanwhile (expired): the next attempt writes it
             };
-            let rejected = self
+            let is_rejected = self
                 .get(&self.tables.coupons, coupon_pk(&grant.coupon_id), grant_sk(&id))
                 .await
                 .map_err(|e| ClaimError::Unavailable(PublishError(Box::new(e))))?
                 .is_some();
-            if !rejected {
-                return Err(ClaimError::OrdinalClaimed(grant.grant_id.clone()));
+            if !is_rejected {
+                return Err(conflict(at));
             }
-            holder = Some(id);
+            rejected[at] = Some(id);
         }
     }
 
@@ -324,6 +362,6 @@ impl GrantClaims for DynamoClaims {
         let Some(item) = claim else { return Ok(false) };
         let body = get_s(&item, "grant").ok_or_else(|| malformed("grant claim", "no grant attribute"))?;
         let claimed: Grant = serde_json::from_str(body).map_err(|e| malformed("grant claim", e.to_string()))?;
-        Ok(&claimed == grant && rejection.is_none())
+        Ok(claimed.same_as(grant) && rejection.is_none())
     }
 }

@@ -3,7 +3,7 @@
 //! blacklisted user; sort keys are constants or a prefix and a value, and
 //! the prefixes are what the paged reads of one kind of item ask for.
 
-use coupon_domain::ids::{CouponId, UserId};
+use coupon_domain::ids::{CouponId, RequestId, UserId};
 
 /// The partition key of everything about one coupon.
 pub fn coupon_pk(coupon: &CouponId) -> String {
@@ -69,6 +69,18 @@ pub fn ordinals_pk(coupon: &CouponId, lane: u32) -> String {
 /// The sort key of a user's n-th claim of a coupon among its ordinals.
 pub fn ordinal_sk(user: &UserId, ordinal: u32) -> String {
     format!("{user}#{ordinal:03}")
+}
+
+/// The partition of the requests of a coupon's grants on their way in lane
+/// `lane` (the user's lane; sort key [`request_sk`]), written beside each
+/// claim with its ordinal where claims guard ordinals.
+pub fn requests_pk(coupon: &CouponId, lane: u32) -> String {
+    format!("REQUESTS#{coupon}#{lane}")
+}
+
+/// The sort key of a user's request among a coupon's requests.
+pub fn request_sk(user: &UserId, request: &RequestId) -> String {
+    format!("{user}#{request}")
 }
 
 /// The partition of a lottery's entries homed on `shard`.

@@ -44,6 +44,10 @@ impl StockLedger for RedisLedger {
         Ok(shards)
     }
 
+    async fn drop_rolled_back(&self, coupon: &CouponId, shard: u32) -> Result<bool, StoreError> {
+        self.redis.drop_if_behind(coupon, shard, u64::MAX).await
+    }
+
     async fn claim(&self, claim: &Claim<'_>, step: ClaimStep) -> Result<ClaimReply, StoreError> {
         const WHAT: &str = "grab.lua";
         let k = self.redis.keys.shard(claim.coupon, claim.home_shard);

@@ -272,19 +272,7 @@ impl StockRepair for RedisRepair {
     }
 
     async fn drop_if_behind(&self, coupon: &CouponId, shard: u32, high_water: u64) -> Result<bool, StoreError> {
-        let k = self.redis.keys.shard(coupon, shard);
-        let mut conn = self.redis.conn.clone();
-        let dropped: i64 = DROP_IF_BEHIND
-            .key(k.meta())
-            .key(k.users())
-            .key(k.outbox())
-            .key(k.taken())
-            .key(k.borrowing())
-            .arg(high_water)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        Ok(dropped == 1)
+        self.redis.drop_if_behind(coupon, shard, high_water).await
     }
 
     async fn verify(
@@ -362,4 +350,30 @@ pub(super) async fn bump_epoch(redis: &Redis, coupon: &CouponId, shard: u32) -> 
         .await
         .map(|_| ())
         .map_err(unavailable)
+}
+
+impl Redis {
+    /// `drop_if_behind.lua` on one shard (`high_water` u64::MAX: dropped
+    /// whatever its sequence, the state being proved rolled back), shared by
+    /// the reconciler's repair and the grab's ledger.
+    pub(super) async fn drop_if_behind(
+        &self,
+        coupon: &CouponId,
+        shard: u32,
+        high_water: u64,
+    ) -> Result<bool, StoreError> {
+        let k = self.keys.shard(coupon, shard);
+        let mut conn = self.conn.clone();
+        let dropped: i64 = DROP_IF_BEHIND
+            .key(k.meta())
+            .key(k.users())
+            .key(k.outbox())
+            .key(k.taken())
+            .key(k.borrowing())
+            .arg(high_water)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(dropped == 1)
+    }
 }

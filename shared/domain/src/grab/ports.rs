@@ -196,6 +196,13 @@ pub enum EntryReply {
 pub trait StockLedger: Send + Sync {
     /// How many shards a coupon has, or `None` if it does not exist.
     async fn shard_count(&self, coupon: &CouponId) -> Result<Option<u32>, StoreError>;
+    /// Drops a shard whose state a grant's claim proved rolled back (it
+    /// minted a grant whose id, user's ordinal or request DynamoDB holds for
+    /// another grant: `ClaimError::Reminted`, `OrdinalClaimed`,
+    /// `RequestClaimed`), as the reconciler's re-drive drops one, so that
+    /// its presses wait for the rebuild (BUSY) instead of replaying what
+    /// can never be sent. True if it was dropped now.
+    async fn drop_rolled_back(&self, coupon: &CouponId, shard: u32) -> Result<bool, StoreError>;
     /// One step of the grab decision on the home shard, atomically.
     async fn claim(&self, claim: &Claim<'_>, step: ClaimStep) -> Result<ClaimReply, StoreError>;
     /// Takes one unit from `donor` for the reserved claim `ordinal`.
@@ -431,6 +438,15 @@ pub enum ClaimError {
     /// (which counts the claim) ends it.
     #[error("grant {0}'s user and ordinal are claimed for another grant: its home shard rolled back")]
     OrdinalClaimed(GrantId),
+    /// The grant's request is claimed for another grant (claims that guard
+    /// ordinals, as [`Self::OrdinalClaimed`]): the request's record on its
+    /// home shard was lost (a failover, or evicted at the storage ceiling
+    /// of a cache that evicts keys with a TTL) after its win was claimed,
+    /// and the press was decided afresh. Sent, this grant would be a
+    /// second coupon for one request; the shard's rebuild restores the
+    /// request's record from the claim, and the retry replays it.
+    #[error("grant {0}'s request is claimed for another grant: its record was lost after its win was claimed")]
+    RequestClaimed(GrantId),
     /// Not written in time, or refused (throttled, unavailable): a retry
     /// may write it.
     #[error("the grant's claim was not written")]

@@ -71,12 +71,22 @@ impl GrabService {
             warn!(grant = %grant.grant_id, error = %e, source = ?std::error::Error::source(&e),
                 "grant's claim not written, so not sent; the caller hears BUSY and retries, the outbox keeps it");
             self.metrics.count(Metric::GrantQueueFailed, None, 1);
-            if matches!(e, ClaimError::Reminted(_) | ClaimError::OrdinalClaimed(_)) {
+            if matches!(
+                e,
+                ClaimError::Reminted(_) | ClaimError::OrdinalClaimed(_) | ClaimError::RequestClaimed(_)
+            ) {
                 // A shard rolled back past a grant already claimed: no
-                // retry can write this one until the reconciler drops and
-                // rebuilds the shard, which its re-drive of this grant
-                // does (redrive.rs). Asked now, not at the next scheduled
-                // pass: every retry of this press is BUSY until then.
+                // retry can write this one. The shard that minted it and
+                // the press's home (whose record would replay it) are
+                // dropped now, as the re-drive would drop them (redrive.rs),
+                // and their rebuild asked for: every press there is BUSY
+                // until it, a pass after the send window, not the re-drive's
+                // horizon (minutes while the queue is busy).
+                for shard in std::collections::BTreeSet::from([grant.grant_id.shard(), home]) {
+                    if let Err(e) = self.ledger.drop_rolled_back(&req.coupon, shard).await {
+                        warn!(shard, error = %e, "rolled-back shard not dropped; the reconciler's re-drive drops it");
+                    }
+                }
                 self.ask_repair(&req.coupon, claim.now_ms).await;
             }
             return Err(GrabError::NotQueued(PublishError(Box::new(e))));

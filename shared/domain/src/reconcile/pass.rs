@@ -8,7 +8,7 @@ use tracing::{instrument, warn};
 use crate::coupon::{CouponDefinition, StoredCoupon};
 use crate::error::StoreError;
 use crate::grant::Grant;
-use crate::ids::{GrantId, UserId};
+use crate::ids::{GrantId, RequestId, UserId};
 
 use super::ports::OutboxEntry;
 use super::wait::Gate;
@@ -220,7 +220,9 @@ impl Reconciler {
     /// entry whose user and ordinal DynamoDB has claimed for another grant
     /// the issuer did not reject: its home shard had rolled back past the
     /// first and counted its user one claim short, and where claims guard
-    /// ordinals (`ClaimError::OrdinalClaimed`) it can never be claimed.
+    /// ordinals (`ClaimError::OrdinalClaimed`) it can never be claimed; and
+    /// one whose request is claimed for another grant (its record lost,
+    /// the press decided afresh: `ClaimError::RequestClaimed`).
     /// (A present shard's are found by the re-drive's claim, which drops
     /// the shard.)
     async fn void_reminted(
@@ -238,11 +240,11 @@ impl Reconciler {
         let rejections = self.ports.facts.rejections(&def.coupon_id).await?;
         let rejected: HashSet<&GrantId> = rejections.iter().map(|g| &g.grant_id).collect();
         let claimed: HashMap<&GrantId, &Grant> = claims.iter().map(|g| (&g.grant_id, g)).collect();
-        let ordinals: HashMap<(&UserId, u32), &GrantId> = claims
-            .iter()
-            .filter(|g| !rejected.contains(&g.grant_id))
-            .map(|g| ((&g.user_id, g.ordinal), &g.grant_id))
-            .collect();
+        let live = || claims.iter().filter(|g| !rejected.contains(&g.grant_id));
+        let ordinals: HashMap<(&UserId, u32), &GrantId> =
+            live().map(|g| ((&g.user_id, g.ordinal), &g.grant_id)).collect();
+        let requests: HashMap<(&UserId, &RequestId), &GrantId> =
+            live().map(|g| ((&g.user_id, &g.request_id), &g.grant_id)).collect();
         let mut homes = std::collections::BTreeSet::new();
         for (shard, entries) in unsent.outboxes.iter_mut() {
             if !kept(shard, entries) {
@@ -250,24 +252,33 @@ impl Reconciler {
             }
             let (void, live): (Vec<OutboxEntry>, Vec<OutboxEntry>) =
                 entries.drain(..).partition(|e| match claimed.get(&e.grant.grant_id) {
-                    Some(c) => {
-                        c.user_id != e.grant.user_id
-                            || c.ordinal != e.grant.ordinal
-                            || c.request_id != e.grant.request_id
-                    }
-                    None => ordinals
-                        .get(&(&e.grant.user_id, e.grant.ordinal))
-                        .is_some_and(|holder| **holder != e.grant.grant_id),
+                    Some(c) => !c.same_as(&e.grant),
+                    None => [
+                        ordinals.get(&(&e.grant.user_id, e.grant.ordinal)),
+                        requests.get(&(&e.grant.user_id, &e.grant.request_id)),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .any(|holder| **holder != e.grant.grant_id),
                 });
             *entries = live;
             if void.is_empty() {
                 continue;
             }
-            homes.extend(
-                void.iter()
-                    .map(|e| crate::grab::home_shard(&e.grant.user_id, def.shards))
-                    .filter(|home| !missing.contains(home)),
-            );
+            for e in &void {
+                let home = crate::grab::home_shard(&e.grant.user_id, def.shards);
+                if home != *shard {
+                    // A borrow: its home lists it as `borrowed` (a drop
+                    // keeps that list), and would count it on its way.
+                    self.ports
+                        .repair
+                        .forget_borrowed(&def.coupon_id, home, std::slice::from_ref(&e.grant.grant_id))
+                        .await?;
+                }
+                if !missing.contains(&home) {
+                    homes.insert(home);
+                }
+            }
             let seqs: Vec<u64> = void.iter().map(|e| e.seq).collect();
             self.ports.repair.trim(&def.coupon_id, *shard, &seqs).await?;
             warn!(coupon = %def.coupon_id, shard, grants = void.len(),

@@ -51,7 +51,7 @@ impl Reconciler {
                     reminted.insert(grant.grant_id.shard());
                     reminted.insert(crate::grab::home_shard(&grant.user_id, shards));
                 }
-                Some(Err(ClaimError::OrdinalClaimed(_))) => {
+                Some(Err(ClaimError::OrdinalClaimed(_) | ClaimError::RequestClaimed(_))) => {
                     // The home shard counted its user short; the shard
                     // that minted the grant (a donor, for a borrow) holds
                     // it in its outbox: dropped too, so the next pass trims

@@ -71,9 +71,9 @@ impl MemoryFacts {
 #[async_trait]
 impl GrantClaims for MemoryFacts {
     /// As the claims table does when it guards ordinals: a new claim, or
-    /// the same again, is written; a grant id claimed for another grant is
-    /// refused, and so is a user's ordinal claimed for another grant that
-    /// was not rejected.
+    /// the same grant again, is written; a grant id claimed for another
+    /// grant is refused, and so is a user's ordinal or request claimed for
+    /// another grant that was not rejected.
     async fn claim(&self, grants: &[Grant], _within_ms: u64) -> Vec<Result<(), ClaimError>> {
         let rejections = self.rejections.lock().unwrap();
         let rejected = |c: &Grant| {
@@ -85,17 +85,22 @@ impl GrantClaims for MemoryFacts {
         grants
             .iter()
             .map(|g| {
-                let ordinal_held = claims.iter().any(|c| {
-                    c.coupon_id == g.coupon_id
-                        && c.user_id == g.user_id
-                        && c.ordinal == g.ordinal
-                        && c.grant_id != g.grant_id
-                        && !rejected(c)
-                });
+                let held = |same: &dyn Fn(&Grant) -> bool| {
+                    claims.iter().any(|c| {
+                        c.coupon_id == g.coupon_id
+                            && c.user_id == g.user_id
+                            && same(c)
+                            && c.grant_id != g.grant_id
+                            && !rejected(c)
+                    })
+                };
+                let ordinal_held = held(&|c| c.ordinal == g.ordinal);
+                let request_held = held(&|c| c.request_id == g.request_id);
                 match claims.iter().find(|c| c.grant_id == g.grant_id) {
-                    Some(c) if c != g => Err(ClaimError::Reminted(g.grant_id.clone())),
+                    Some(c) if !c.same_as(g) => Err(ClaimError::Reminted(g.grant_id.clone())),
                     Some(_) => Ok(()),
                     None if ordinal_held => Err(ClaimError::OrdinalClaimed(g.grant_id.clone())),
+                    None if request_held => Err(ClaimError::RequestClaimed(g.grant_id.clone())),
                     None => {
                         claims.push(g.clone());
                         Ok(())
@@ -112,7 +117,7 @@ impl GrantClaims for MemoryFacts {
             .unwrap()
             .get(&grant.coupon_id)
             .is_some_and(|r| r.iter().any(|r| r.grant_id == grant.grant_id));
-        Ok(!rejected && self.claims.lock().unwrap().contains(grant))
+        Ok(!rejected && self.claims.lock().unwrap().iter().any(|c| c.same_as(grant)))
     }
 }
 

@@ -126,10 +126,10 @@ async fn a_winner_whose_send_fails_is_not_told_success_and_keeps_its_hold() {
 /// On a cache whose failover may lose a told win, the claim guards the
 /// user's ordinal: a win minted again for an ordinal claimed for another
 /// grant is never sent (it would be rejected after its SUCCESS); the press
-/// is BUSY, and the repair that drops and rebuilds the rolled-back shard
-/// is asked for at once, not at the next scheduled pass.
+/// is BUSY, the rolled-back shard is dropped at once, and its rebuild is
+/// asked for, not left to the next scheduled pass.
 #[tokio::test]
-async fn a_win_whose_users_ordinal_is_claimed_for_another_grant_is_busy_and_asks_for_the_repair_at_once() {
+async fn a_win_whose_users_ordinal_is_claimed_for_another_grant_is_busy_and_drops_its_shard_for_the_repair_at_once() {
     let ledger = ScriptedLedger {
         shards: 1,
         claim: Some(ClaimReply::Won(record("c-0-1", 0))),
@@ -151,6 +151,11 @@ async fn a_win_whose_users_ordinal_is_claimed_for_another_grant_is_busy_and_asks
     assert!(matches!(outcome, Err(GrabError::NotQueued(_))), "{outcome:?}");
     assert!(w.queue.sent.lock().unwrap().is_empty(), "nothing sent");
     assert_eq!(w.repairs.asked.lock().unwrap().len(), 1, "the repair is asked for");
+    assert!(
+        w.ledger.calls().contains(&"drop 0".to_owned()),
+        "the shard the claim proves rolled back is dropped at once: {:?}",
+        w.ledger.calls()
+    );
     assert_eq!(*w.risk.released.lock().unwrap(), 0, "a win keeps its risk hold");
 }
 
