@@ -44,7 +44,7 @@
 //!
 //! Layout: this file holds the service and steps 1 to 4; `lookup.rs` step
 //! 0, `decide.rs` the reply's decision and `borrow.rs` step 5, `send.rs`
-//! step 6, `memory.rs` the instance's memories, `ports.rs` the ports;
+//! step 6, `memory.rs` the instance's memories, `ports.rs` the ports (`ports/claims.rs` the claims' port and its conflicts);
 //! `dry_run.rs` the dry run (what a press would get now, changing
 //! nothing).
 

@@ -68,6 +68,8 @@
 //! - `repair.rs`: the small repairs (settings healed, re-drives held back
 //!   from unreplicated shards, borrows finished).
 //! - `rebuild.rs`: lost shards rebuilt from DynamoDB.
+//! - `void.rs`: step 2, the entries a rolled-back state minted again,
+//!   trimmed from the outboxes dropped shards kept.
 //! - `redrive.rs`: the pending grants sent again, claimed first.
 //! - `wait.rs`: the per-coupon wait for grants on their way.
 //! - `figures.rs`: the stock arithmetic, pure functions.
@@ -99,6 +101,7 @@ mod report;
 mod restarts;
 #[cfg(test)]
 mod tests;
+mod void;
 mod wait;
 
 pub use figures::{balance, restorable, split};
